@@ -1,0 +1,3 @@
+"""nccl-doctor: finds out why a distributed PyTorch job's communication fails."""
+
+__version__ = "0.1.0"

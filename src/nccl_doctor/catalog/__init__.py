@@ -1,0 +1,75 @@
+"""The knowledge base, kept as data: causes, categories, environment variables, log signatures.
+
+Adding knowledge means adding a row to a data file next to this module, not code.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+def load_toml(name: str) -> dict[str, Any]:
+    return tomllib.loads(resources.files(__package__).joinpath(name).read_text(encoding="utf-8"))
+
+
+def read_text(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Category:
+    id: str
+    description: str
+
+
+@dataclass(frozen=True)
+class Cause:
+    id: str
+    category: str
+    title: str
+    explanation: str
+    fix: tuple[str, ...]
+    references: tuple[str, ...] = ()
+
+
+@cache
+def categories() -> dict[str, Category]:
+    rows = load_toml("categories.toml")["category"]
+    return {r["id"]: Category(r["id"], r["description"]) for r in rows}
+
+
+@cache
+def causes() -> dict[str, Cause]:
+    known = categories()
+    table: dict[str, Cause] = {}
+    for row in load_toml("causes.toml")["cause"]:
+        c = Cause(
+            id=row["id"],
+            category=row["category"],
+            title=row["title"],
+            explanation=" ".join(row["explanation"].split()),
+            fix=tuple(row["fix"]),
+            references=tuple(row.get("references", ())),
+        )
+        if c.category not in known:
+            raise ValueError(f"cause {c.id}: unknown category {c.category}")
+        if c.id in table:
+            raise ValueError(f"cause {c.id} defined twice")
+        table[c.id] = c
+    return table
+
+
+def cause(cause_id: str) -> Cause:
+    try:
+        return causes()[cause_id]
+    except KeyError:
+        raise KeyError(f"unknown cause id {cause_id!r}") from None

@@ -1,0 +1,63 @@
+"""The `nccl-doctor` command line: one group, one module per command under commands/.
+
+Errors follow one rule: bad input or arguments print one line on stderr and exit 2;
+a bug in nccl-doctor prints one line (traceback with NCCL_DOCTOR_DEBUG=1) and exits 3.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from . import __version__
+from .model import InputError
+from .commands import COMMANDS
+
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nccl-doctor")
+def cli() -> None:
+    """Find out why a distributed PyTorch job's communication fails."""
+
+
+for command in COMMANDS:
+    cli.add_command(command)
+
+
+def fail(message: str, code: int) -> int:
+    click.echo(f"nccl-doctor: {message}", err=True)
+    return code
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code (never raises)."""
+    try:
+        result = cli.main(args=argv, prog_name="nccl-doctor", standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except click.exceptions.Exit as exc:  # --help, --version
+        return exc.exit_code
+    except click.exceptions.Abort:
+        return fail("aborted", 130)
+    except click.ClickException as exc:
+        hint = " (see nccl-doctor --help)" if isinstance(exc, click.UsageError) else ""
+        return fail(f"error: {exc.format_message()}{hint}", EXIT_USAGE)
+    except InputError as exc:
+        return fail(f"error: {exc}", EXIT_USAGE)
+    except KeyboardInterrupt:
+        return fail("interrupted", 130)
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug: one line, traceback only on request
+        if os.environ.get("NCCL_DOCTOR_DEBUG"):
+            raise
+        return fail(f"internal error: {type(exc).__name__}: {exc} (rerun with NCCL_DOCTOR_DEBUG=1 for a traceback)",
+                    EXIT_INTERNAL)
+
+
+def main() -> None:
+    sys.exit(run())

@@ -1,0 +1,24 @@
+"""Renderers: one report, several faces (rich text, JSON, Markdown)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TextIO
+
+from ..model import Report
+from .text import render_text
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(report.to_json(), indent=2, default=str)
+
+
+def emit(report: Report, *, as_json: bool = False, out: TextIO | None = None) -> int:
+    """Print the report in the chosen form and return the exit code it calls for."""
+    out = out or sys.stdout
+    if as_json:
+        out.write(render_json(report) + "\n")
+    else:
+        render_text(report, out)
+    return report.exit_code
