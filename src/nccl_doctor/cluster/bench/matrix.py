@@ -1,0 +1,149 @@
+"""Stage `matrix`: bandwidth and latency between every pair of hosts (or of ranks), judged for outliers.
+
+One rank per host (its first) by default, every rank with --matrix-ranks. Pairs meet in a round-robin
+tournament: N nodes finish in N-1 rounds (N with a bye when N is odd) of disjoint pairs measured at
+the same time, each pair with point-to-point send/recv over the job's process group: a small-message
+ping-pong for latency, then a stream of large messages each way. A barrier closes every round, and
+each round is one store step that the judge holds to the deadline. First, each node says what line
+rate its network hardware reports (interface speed, IB port rate), from the fingerprint's facts.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Mapping
+
+from ..judge import MARGIN, JudgeContext, Outcome, Stage
+from ..watchdog import error_findings, missing_findings
+from .links import Limits, Link, Node, judge_links
+from .options import BenchOptions
+from .schedule import round_robin
+from .sweep import progress_bar
+
+
+def nodes_of(scope: str | None, hosts: Mapping[str, list[int]]) -> list[int]:
+    """The ranks that take part, in host order: each host's first rank, or every rank."""
+    if scope == "ranks":
+        return sorted(r for ranks in hosts.values() for r in ranks)
+    return [ranks[0] for _, ranks in sorted(hosts.items())]
+
+
+def label(host: str, scope: str | None, local_rank: int) -> str:
+    return f"{host}:{local_rank}" if scope == "ranks" else host
+
+
+def line_rate(env: Mapping[str, str], facts: Mapping[str, Any], backend: str) -> dict:
+    """The rate this host's network hardware reports for the path the backend takes (a fact, not a judgement)."""
+    from ...probe.infiniband import ib_select_ports
+    from ...probe.network import gloo_select_interfaces, nccl_select_interfaces
+
+    net = facts.get("network") or {}
+    ifaces = net.get("interfaces") or []
+    if backend == "nccl" and env.get("NCCL_IB_DISABLE", "0") != "1":
+        ports = ib_select_ports(env.get("NCCL_IB_HCA"), (facts.get("infiniband") or {}).get("devices") or [])
+        rated = [p for p in ports if p.get("rate_gbps")]
+        if rated:
+            best = max(rated, key=lambda p: p["rate_gbps"])
+            return {"gbps": best["rate_gbps"], "via": f"{best['device']}:{best['port']} ({best['rate']})", "iface": None}
+    if backend == "nccl":
+        chosen = nccl_select_interfaces(env.get("NCCL_SOCKET_IFNAME"), ifaces, env.get("NCCL_SOCKET_FAMILY"))
+    else:
+        chosen = gloo_select_interfaces(env.get("GLOO_SOCKET_IFNAME"), ifaces)
+        if not chosen:  # Gloo binds to the address the host name resolves to
+            named = (net.get("hostname") or {}).get("interfaces") or []
+            chosen = [i for i in ifaces if i["name"] in named]
+    if not chosen:
+        return {"gbps": None, "via": "interface not identified", "iface": None}
+    iface = chosen[0]
+    speed = iface.get("speed_mbps")
+    return {"gbps": speed / 1000 if speed else None, "iface": iface["name"],
+            "via": f"{iface['name']} ({speed} Mb/s)" if speed else f"{iface['name']} (no speed reported)"}
+
+
+# ------------------------------------------------------------------ rank side
+
+def on_rank(ctx: Any) -> None:
+    from .harness import Pair, barrier, device_of
+
+    options: BenchOptions = ctx.options
+    nodes = nodes_of(options.matrix, ctx.plan["hosts"])
+    taking_part = ctx.rank in nodes
+    facts = ctx.state.get("facts", {})
+    ctx.publish("matrix.line", line_rate(ctx.env, facts, ctx.plan["backend"]) if taking_part else {})
+    device = device_of(ctx)
+    wait = timedelta(seconds=options.timeout + MARGIN)
+    for index, pairs in enumerate(round_robin(len(nodes))):
+        step = f"matrix.{index}"
+        ctx.mark(step)
+        result: dict = {}
+        try:
+            for a, b in pairs:
+                if ctx.rank in (nodes[a], nodes[b]):
+                    first = ctx.rank == nodes[a]
+                    pair = Pair(nodes[b] if first else nodes[a], first, options.message_bytes(ctx.plan["backend"]),
+                                options.matrix_iters, device, wait)
+                    result = pair.measure()
+            barrier(device, wait)  # rounds do not overlap
+        except Exception as exc:
+            ctx.publish(step, {"error": f"{type(exc).__name__}: {exc}"})
+            return
+        ctx.publish(step, result)
+
+
+# ------------------------------------------------------------------ judge side
+
+def on_judge(ctx: JudgeContext) -> Outcome:
+    options: BenchOptions = ctx.options  # type: ignore[assignment]
+    ranks = nodes_of(options.matrix, ctx.plan["hosts"])
+    lines = ctx.gather("matrix.line")
+    nodes = {r: _node(ctx, r, options.matrix, lines.results.get(r, {})) for r in ranks}
+    rounds = round_robin(len(ranks))
+    links: list[Link] = []
+    findings = missing_findings(ctx, "the link matrix", lines.missing)
+    with progress_bar(options.show_progress and not findings, len(rounds), "link matrix") as advance:
+        for index, pairs in enumerate(rounds if not findings else []):
+            step = f"matrix.{index}"
+            got = ctx.gather(step)
+            what = "the link test of " + ", ".join(f"{nodes[ranks[a]].label} <-> {nodes[ranks[b]].label}"
+                                                    for a, b in pairs)
+            errors = {r: p["error"] for r, p in got.results.items() if "error" in p}
+            if got.missing or errors:
+                findings = missing_findings(ctx, what, got.missing, enter_step=step) + \
+                    error_findings(ctx, what, errors, fallback="collective-timeout")
+                break
+            for a, b in pairs:
+                first, second = got.results[ranks[a]], got.results[ranks[b]]
+                links.append(Link(nodes[ranks[a]].label, nodes[ranks[b]].label, first["send_Bps"],
+                                  second["send_Bps"], first["latency_us"]))
+            advance(f"round {index + 1}/{len(rounds)}")
+    by_label = {n.label: n for n in nodes.values()}
+    if not findings:
+        findings = judge_links(by_label, links, Limits.load(ctx.plan["backend"]))
+    ctx.facts["matrix"] = {
+        "scope": options.matrix, "message_bytes": options.message_bytes(ctx.plan["backend"]),
+        "rounds": len(rounds), "nodes": [{"label": n.label, "rank": n.rank, "host": n.host, "line_gbps": n.line_gbps,
+                                          "via": n.via} for n in nodes.values()],
+        "links": [{"a": l.a, "b": l.b, "ab_Bps": l.ab, "ba_Bps": l.ba, "latency_us": round(l.latency_us, 2)}
+                  for l in links]}
+    measured = f"{len(links)} links in {len(rounds)} round{'s' if len(rounds) != 1 else ''}"
+    return Outcome.judged(findings, measured)
+
+
+def _node(ctx: JudgeContext, rank: int, scope: str | None, line: dict) -> Node:
+    ident = ctx.identities.get(rank, {})
+    host = ident.get("host", "?")
+    return Node(label(host, scope, ident.get("local_rank", 0)), rank, host, line.get("gbps"),
+                line.get("via", ""), line.get("iface"))
+
+
+def skip(ctx: JudgeContext) -> str | None:
+    scope = getattr(ctx.options, "matrix", None)
+    if not scope:
+        return "not asked for (--matrix, --matrix-ranks)"
+    if len(nodes_of(scope, ctx.plan.get("hosts", {}))) < 2:
+        return "one host: no link between hosts to measure (--matrix-ranks measures between ranks)" \
+            if scope == "hosts" else "one rank: nothing to measure"
+    return None
+
+
+STAGE = Stage("matrix", "Link matrix (round robin)", on_rank, on_judge, skip=skip)

@@ -1,0 +1,209 @@
+"""Stage `sweep`: every requested collective over nccl-tests' sizes, out of place and in place.
+
+Ranks stream through the sizes without waiting for the judge: each measured size is one store step
+(`sweep.OP.SIZE`), published as soon as it is done, so the judge follows with a progress bar and
+holds every size to the deadline, naming who hangs or fails and where. The judge turns the ranks'
+times into nccl-tests' row: time combined across ranks (max by default), algbw, busbw, #wrong.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable, Iterator
+
+from ...model import Evidence, Finding
+from ...rules.consistency import ranks_text
+from ..collectives import COLLECTIVES, IN_PLACE, OUT_OF_PLACE, Spec, levels_for
+from ..judge import MARGIN, JudgeContext, Outcome, Stage
+from ..watchdog import error_findings, missing_findings
+from .options import DATATYPES, BenchOptions, sizes
+
+LAYOUTS = (OUT_OF_PLACE, IN_PLACE)
+ELEMENT_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "int64": 8, "half": 2, "float": 4, "double": 8, "bfloat16": 2}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One measured size of one collective: what both sides agree on before anything runs."""
+
+    collective: str
+    requested: int  # the size nccl-tests' loop reached
+    count: int  # elements of that size in the datatype
+    size: int  # nccl-tests' size column: the larger of the send and receive buffers, bytes
+
+    @property
+    def step(self) -> str:
+        return f"sweep.{self.collective}.{self.requested}"
+
+
+def plan(options: BenchOptions, backend: str, nranks: int) -> list[Cell]:
+    """The cells of the sweep, in order; sizes too small to give every rank an element are left out."""
+    elem = ELEMENT_BYTES[options.datatype]
+    cells = []
+    for name in options.collectives:
+        entry = COLLECTIVES[name]
+        for requested in sizes(options.minbytes, options.max_bytes(backend), options.stepfactor, options.stepbytes):
+            count = requested // elem
+            if entry.param_count(count, nranks) == 0:
+                continue
+            cells.append(Cell(name, requested, count, max(entry.counts(count, nranks)) * elem))
+    return cells
+
+
+def spec_of(options: BenchOptions, nranks: int) -> Spec:
+    return Spec(options.op, options.root, levels_for(options.op, DATATYPES[options.datatype], nranks))
+
+
+# ------------------------------------------------------------------ rank side
+
+def on_rank(ctx: Any) -> None:
+    import torch
+
+    from .harness import device_of, dtype_of, time_op, warm_up
+
+    options: BenchOptions = ctx.options
+    n, rank = ctx.world.world_size, ctx.rank
+    wait = timedelta(seconds=options.timeout + MARGIN)
+    like = torch.empty(0, dtype=dtype_of(options.datatype), device=device_of(ctx))
+    spec = spec_of(options, n)
+    cells = plan(options, ctx.plan["backend"], n)
+    warmed: set[str] = set()
+    for cell in cells:
+        entry = COLLECTIVES[cell.collective]
+        ctx.mark(cell.step)
+        try:
+            if cell.collective not in warmed:  # nccl-tests: warm-up at the largest, then the smallest size
+                ends = [c.count for c in cells if c.collective == cell.collective]
+                for count in (max(ends), min(ends)):
+                    warm_up(entry, count, rank, n, like, spec, options.warmup_iters, entry.layouts[0] == IN_PLACE)
+                warmed.add(cell.collective)
+            result = {layout: time_op(entry, cell.count, rank, n, like, spec, in_place=layout == IN_PLACE,
+                                      iters=options.iters, check=options.check, wait=wait)
+                      for layout in LAYOUTS if layout in entry.layouts}
+        except Exception as exc:
+            ctx.publish(cell.step, {"error": f"{type(exc).__name__}: {exc}"})
+            return  # the judge ends the run; peers still inside the op are ended by their watchdogs
+        ctx.publish(cell.step, result)
+
+
+# ------------------------------------------------------------------ judge side
+
+def on_judge(ctx: JudgeContext) -> Outcome:
+    options: BenchOptions = ctx.options  # type: ignore[assignment]
+    backend, n = ctx.plan["backend"], ctx.world_size
+    cells = plan(options, backend, n)
+    rows, findings = [], []
+    with progress_bar(options.show_progress, len(cells), "sweep") as advance:
+        for cell in cells:
+            got = ctx.gather(cell.step)
+            what = f"{cell.collective} at {cell.size} B"
+            errors = {r: p["error"] for r, p in got.results.items() if "error" in p}
+            if got.missing or errors:
+                findings = _failures(ctx, what, cell.step, got.missing, errors)
+                break
+            rows.append(row(cell, got.results, options, n))
+            advance(f"{cell.collective} {cell.size} B")
+    findings += wrong_findings(ctx, rows)
+    ctx.facts["sweep"] = {"settings": options.settings(backend), "backend": backend, "ranks": n,
+                          "collectives": list(options.collectives), "rows": rows,
+                          "avg_busbw": average_busbw(rows)}
+    return Outcome.judged(findings, _detail(rows, cells))
+
+
+def _failures(ctx: JudgeContext, what: str, step: str, missing: list[int], errors: dict[int, str]) -> list[Finding]:
+    culprits = missing_findings(ctx, what, missing, enter_step=step)
+    failures = error_findings(ctx, what, errors, fallback="collective-timeout") if errors else []
+    if culprits:
+        culprits[0].secondary.extend(failures)
+        return culprits
+    return failures
+
+
+def combine(times: list[float], average: int) -> float:
+    """nccl-tests -a: 0 rank 0's time, 1 the mean, 2 the min, 3 the max across ranks."""
+    return {0: lambda t: t[0], 1: statistics.fmean, 2: min, 3: max}[average](times)
+
+
+def row(cell: Cell, results: dict[int, dict], options: BenchOptions, n: int) -> dict:
+    """nccl-tests' row for one size, with each rank's own time kept for the report."""
+    entry = COLLECTIVES[cell.collective]
+    out: dict[str, Any] = {"collective": cell.collective, "size": cell.size,
+                           "count": entry.param_count(cell.count, n), "type": options.datatype,
+                           "redop": options.op if entry.reduces else "none",
+                           "root": options.root if entry.rooted else -1}
+    for layout in LAYOUTS:
+        per_rank = [results[r][layout] for r in sorted(results) if layout in results[r]]
+        if not per_rank:
+            out[layout] = None  # torch offers this collective only in the other form
+            continue
+        us = combine([p["us"] for p in per_rank], options.average)
+        algbw = cell.size / (us * 1e-6) / 1e9 if us > 0 else 0.0
+        wrong = [p["wrong"] for p in per_rank]
+        out[layout] = {"time_us": round(us, 3), "algbw": round(algbw, 6),
+                       "busbw": round(algbw * entry.bus_factor(n), 6),
+                       "wrong": None if None in wrong else sum(wrong),
+                       "rank_us": [round(p["us"], 3) for p in per_rank],
+                       "wrong_detail": {str(r): results[r][layout]["detail"] for r in sorted(results)
+                                        if layout in results[r] and results[r][layout].get("wrong")}}
+    return out
+
+
+def average_busbw(rows: list[dict]) -> dict[str, float]:
+    """nccl-tests' footer, per collective: the mean of every busbw figure printed."""
+    found: dict[str, list[float]] = {}
+    for r in rows:
+        for layout in LAYOUTS:
+            if r.get(layout):
+                found.setdefault(r["collective"], []).append(r[layout]["busbw"])
+    return {name: round(statistics.fmean(values), 6) for name, values in found.items()}
+
+
+def wrong_findings(ctx: JudgeContext, rows: list[dict]) -> list[Finding]:
+    """One finding per collective that returned wrong data, naming the ranks and their hosts."""
+    findings = []
+    for name in dict.fromkeys(r["collective"] for r in rows):
+        bad = [(r, layout) for r in rows if r["collective"] == name for layout in LAYOUTS
+               if r.get(layout) and r[layout]["wrong"]]
+        if not bad:
+            continue
+        ranks = sorted({int(rank) for r, layout in bad for rank in r[layout]["wrong_detail"]})
+        evidence = [Evidence(f"rank {rank} {name} {r['size']} B {layout}", line)
+                    for r, layout in bad for rank, lines in r[layout]["wrong_detail"].items() for line in lines]
+        findings.append(Finding(
+            "collective-wrong-result", "error",
+            f"{name} returned wrong data at {len(bad)} size{'s' if len(bad) > 1 else ''} (from "
+            f"{bad[0][0]['size']} B) on rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)}",
+            confidence=0.9, ranks=ranks, hosts=ctx.hosts_of(ranks), evidence=evidence[:8]))
+    return findings
+
+
+def _detail(rows: list[dict], cells: list[Cell]) -> str:
+    avg = average_busbw(rows)
+    shown = ", ".join(f"{name} {value:.3g} GB/s" for name, value in avg.items())
+    return f"{len(rows)}/{len(cells)} sizes; avg busbw {shown}" if rows else f"0/{len(cells)} sizes"
+
+
+@contextmanager
+def progress_bar(show: bool, total: int, what: str) -> Iterator[Callable[[str], None]]:
+    """A transient bar on the judge's terminal; a silent stand-in otherwise (JSON, pipes, ranks)."""
+    if not show or total == 0:
+        yield lambda text="": None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description:<32}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(file=sys.stderr), transient=True) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda text="": bar.update(task, advance=1, description=f"{what}: {text}")
+
+
+def skip(ctx: JudgeContext) -> str | None:
+    return None if ctx.options.collectives else "no collective asked for"  # type: ignore[attr-defined]
+
+
+STAGE = Stage("sweep", "Sweep (nccl-tests sizes)", on_rank, on_judge, skip=skip)

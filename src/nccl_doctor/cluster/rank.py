@@ -1,0 +1,165 @@
+"""One rank of the check: join the store, then run the stages the judge calls for, in lockstep.
+
+A rank never decides on its own whether the check goes on: after each stage it waits (bounded) for
+the judge's verdict, which names the next stage or ends the run. Whatever a rank cannot report
+through the store (it never reached it) goes to its stdout as one JSON line, which the `--local`
+parent reads, or, under other launchers, as a short report of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..model import Evidence, Finding, Report
+from .faults import Faults
+from .judge import MARGIN, Options
+from .launch import World
+from .store import Exchange, PortInUse, StoreUnreachable, client, connect, prefixed, serve
+from .watchdog import RankWatch
+
+KEY_ROOT = "nccl-doctor"
+INTERNAL_PREFIX = "NCCL_DOCTOR_"
+
+
+@dataclass
+class RankContext:
+    world: World
+    host: str
+    exchange: Exchange
+    env: dict[str, str]  # the environment as the user launched us, before we touched it
+    faults: Faults
+    options: Options
+    store_address: tuple[str, int]
+    plan: dict[str, Any] = field(default_factory=dict)  # everything the judge's verdicts said so far
+    state: dict[str, Any] = field(default_factory=dict)  # what a stage leaves for later ones
+    deferred: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def rank(self) -> int:
+        return self.world.rank
+
+    def publish(self, step: str, payload: dict) -> None:
+        self.exchange.publish(step, self.rank, payload)
+
+    def verdict(self, step: str) -> dict:
+        found = self.exchange.verdict(step, self.options.timeout + MARGIN)
+        self.plan.update(found)
+        return found
+
+    def mark(self, step: str) -> None:
+        """Record entering a step whose completion the judge watches (a collective, backend init)."""
+        self.exchange.put(f"enter/{step}/{self.rank}", time.time())
+
+    def defer(self, fn: Callable[[], None]) -> None:
+        """Run fn once the current stage's verdict has arrived (e.g. close listeners peers still probe)."""
+        self.deferred.append(fn)
+
+    def new_store_connection(self, prefix: str) -> Any:
+        host, port = self.store_address
+        return prefixed(client(host, port, self.options.timeout + MARGIN), f"{KEY_ROOT}/{self.world.run_id}/{prefix}")
+
+
+def key_prefix(world: World) -> str:
+    return f"{KEY_ROOT}/{world.run_id}/"
+
+
+class JoinFailure(Exception):
+    """This rank could not join: a finding to hand to whoever reports."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.message)
+        self.finding = finding
+
+
+def open_store(world: World, hosts_store: bool, deadline: float) -> tuple[Any, tuple[str, int]]:
+    """Host the store (rank 0 outside torchrun's agent store) or connect to it, within the deadline."""
+    where = f"{world.master_addr}:{world.master_port}"
+    host = socket.gethostname()
+    try:
+        if hosts_store:
+            store = serve(world.master_port, deadline - time.monotonic())
+            return store, ("127.0.0.1", world.master_port)
+        return connect(world.master_addr, world.master_port, deadline), (world.master_addr, world.master_port)
+    except PortInUse as exc:
+        raise JoinFailure(Finding(
+            "port-in-use", "error", f"rank {world.rank} cannot host the store: {exc}", ranks=[world.rank],
+            hosts=[host], evidence=[Evidence("TCPStore", exc.detail)],
+            fix=[f"Find the holder: `ss -ltnp | grep :{world.master_port}`; stop it, or use another port "
+                 f"(MASTER_PORT / --master-port)."])) from None
+    except StoreUnreachable as exc:
+        cause = "master-addr-unresolvable" if exc.reason.startswith("name not resolved") else "master-unreachable"
+        raise JoinFailure(Finding(
+            cause, "error", f"rank {world.rank} on {host} cannot reach the store at {where}: {exc.reason}",
+            ranks=[world.rank], hosts=[host], evidence=[Evidence(f"rank {world.rank}", str(exc))],
+            fix=[f"From {host}, test the port while rank 0 runs: `nc -vz {world.master_addr} {world.master_port}`."]
+        )) from None
+
+
+def run_rank(world: World, options: Options, env: dict[str, str], stages: list, *, local_judge: bool,
+             as_json: bool = False,
+             start_judge: Callable[[tuple[str, int]], Callable[[], int]] | None = None) -> int:
+    """Run this rank to the end; returns the process exit code (the judge's, on the rank that hosts it)."""
+    faults = Faults.from_env(world.rank, env)
+    if faults.skips_start():
+        return 0
+    host = socket.gethostname()
+    hosts_store = world.rank == 0 and not world.agent_store and not local_judge
+    try:
+        raw, address = open_store(world, hosts_store, time.monotonic() + options.timeout)
+    except JoinFailure as failure:
+        return _report_alone(failure.finding, local_judge, as_json)
+    exchange = Exchange(prefixed(raw, key_prefix(world)))
+    user_env = {k: v for k, v in env.items() if not k.startswith(INTERNAL_PREFIX)}  # ours are not the user's
+    ctx = RankContext(world, host, exchange, user_env, faults, options, address)
+    judge_code = start_judge(address) if start_judge else (lambda: 0)
+    main_done = threading.Event()
+    RankWatch(Exchange(ctx.new_store_connection("")), world.rank, judge_code, main_done).start()
+    try:
+        _follow_judge(ctx, stages)
+    except Exception as exc:  # the judge names what is missing; say locally what went wrong
+        print(f"nccl-doctor: rank {world.rank}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+              file=sys.stderr)
+    finally:
+        main_done.set()
+        _say_bye(exchange)
+    return judge_code()
+
+
+def _follow_judge(ctx: RankContext, stages: list) -> None:
+    by_name = {s.name: s for s in stages}
+    name: str | None = stages[0].name
+    while name:
+        stage = by_name[name]
+        ctx.faults.before(stage.name)
+        stage.on_rank(ctx)
+        name = ctx.verdict(stage.name).get("next")
+        while ctx.deferred:
+            ctx.deferred.pop()()
+
+
+def _say_bye(exchange: Exchange) -> None:
+    """Tell the judge we have read our last verdict (rank 0 keeps the store up until everyone has)."""
+    try:
+        exchange.counter("bye", 1)
+    except Exception:
+        pass
+
+
+def _report_alone(finding: Finding, local_judge: bool, as_json: bool) -> int:
+    """No store, so no judge: under --local tell the parent on stdout; otherwise report ourselves."""
+    if local_judge:
+        from .wire import finding_to_wire
+
+        print(json.dumps({"join_failure": finding_to_wire(finding)}), flush=True)
+        return 1
+    from ..render import emit
+
+    report = Report("check", [finding], {"stages": [{"name": "rendezvous", "title": "Rendezvous", "status": "failed",
+                                                     "seconds": 0, "detail": finding.message}]})
+    return emit(report, as_json=as_json)

@@ -1,0 +1,98 @@
+"""Stage 2: every rank publishes its host facts and lint findings; the judge compares them.
+
+A version or setting that differs between ranks is reported here, by host, before NCCL is ever
+initialised. The judge also picks the backend for `--backend auto`: NCCL when every rank has a GPU.
+"""
+
+from __future__ import annotations
+
+from ...model import Finding
+from ...rules.consistency import (compare_fingerprints, compare_settings, interface_findings, merge_rank_findings,
+                                  ranks_text)
+from ..judge import JudgeContext, Outcome, Stage
+from ..watchdog import missing_findings
+from ..wire import finding_from_wire, finding_to_wire
+
+
+def on_rank(ctx) -> None:
+    from ...probe import collect
+    from ...rules.lint import lint
+
+    facts = collect(ctx.env)
+    ctx.state["facts"] = facts
+    # The store is up and this rank reached it: lint's static guesses about rendezvous are moot here.
+    static = [f for f in lint(ctx.env, facts) if f.category != "rendezvous_network"]
+    ctx.publish("fingerprints", {"facts": facts, "lint": [finding_to_wire(f) for f in static],
+                                 "torch": _torch_view()})
+
+
+def _fold_into(cross_rank: list[Finding], lint_found: list[Finding]) -> list[Finding]:
+    """A rank's own lint view of its interfaces is part of the cross-rank finding about the same ranks."""
+    kept = []
+    for f in lint_found:
+        same = next((c for c in cross_rank if f.category == c.category and set(f.ranks) & set(c.ranks)), None)
+        if same is None:
+            kept.append(f)
+        else:
+            same.evidence.extend(e for e in f.evidence if e not in same.evidence)
+    return kept
+
+
+def _torch_view() -> dict:
+    """What this process's torch can use: the backend choice depends on it, not on what is installed."""
+    import torch
+    import torch.distributed as dist
+
+    cuda = torch.cuda.is_available()
+    return {"cuda": cuda, "gpus": torch.cuda.device_count() if cuda else 0, "nccl": dist.is_nccl_available(),
+            "gloo": dist.is_gloo_available()}
+
+
+def on_judge(ctx: JudgeContext) -> Outcome:
+    got = ctx.gather("fingerprints")
+    host_of = {r: ctx.host(r) for r in ctx.identities}
+    facts = {r: p["facts"] for r, p in got.results.items()}
+    lint_found = merge_rank_findings({r: [finding_from_wire(w, r, ctx.host(r)) for w in p["lint"]]
+                                      for r, p in got.results.items()})
+    interfaces = interface_findings(facts, host_of)
+    lint_found = _fold_into(interfaces, lint_found)
+    findings = (missing_findings(ctx, "publishing its fingerprint", got.missing)
+                + compare_fingerprints(facts, host_of) + compare_settings(facts, host_of) + interfaces + lint_found)
+    backend, why = _backend(ctx, {r: p["torch"] for r, p in got.results.items()})
+    findings += why
+    ctx.plan["backend"] = backend
+    ctx.facts.setdefault("world", {})["backend"] = backend
+    ctx.facts["versions"] = _versions_by_host(ctx, facts)
+    differing = sum(f.cause != "nccl-setting-differs" or f.severity != "info" for f in findings if f not in lint_found)
+    return Outcome.judged(findings, f"{len(facts)} fingerprints, backend {backend}, "
+                                    f"{differing} difference{'s' if differing != 1 else ''}", backend=backend)
+
+
+def _backend(ctx: JudgeContext, views: dict[int, dict]) -> tuple[str, list[Finding]]:
+    without = sorted(r for r, v in views.items() if not (v["cuda"] and v["gpus"] and v["nccl"]))
+    wanted = ctx.options.backend
+    if wanted == "auto":
+        return ("gloo" if without or not views else "nccl"), []
+    if wanted == "nccl" and without:
+        return "nccl", [Finding("more-ranks-than-gpus", "error",
+                                f"--backend nccl, but rank{'s' if len(without) > 1 else ''} {ranks_text(without)} on "
+                                f"{', '.join(ctx.hosts_of(without))} see no usable GPU (or torch without NCCL)",
+                                ranks=without, hosts=ctx.hosts_of(without))]
+    return wanted, []
+
+
+def _versions_by_host(ctx: JudgeContext, facts: dict[int, dict]) -> dict[str, dict]:
+    from ...rules.consistency import dig
+
+    out: dict[str, dict] = {}
+    for rank, f in sorted(facts.items()):
+        entry = out.setdefault(ctx.host(rank), {"ranks": []})
+        entry["ranks"].append(rank)
+        for key, path in (("torch", "software.torch.version"), ("cuda", "software.torch.cuda"),
+                          ("nccl", "software.nccl.loaded_version"), ("driver", "gpus.driver_version")):
+            value = dig(f, path)
+            entry.setdefault(key, value if isinstance(value, (str, type(None))) else None)
+    return out
+
+
+STAGE = Stage("fingerprints", "Fingerprints (versions, settings)", on_rank, on_judge, runs_after_failure=True)

@@ -1,0 +1,94 @@
+"""Stage 1: every rank reaches the store, the world is complete, no RANK is claimed twice."""
+
+from __future__ import annotations
+
+import os
+
+from ...model import Evidence, Finding
+from ...rules.consistency import ranks_text
+from ..judge import JudgeContext, Outcome, Stage
+from ..wire import finding_from_wire
+
+
+def on_rank(ctx) -> None:
+    claim = ctx.exchange.counter(f"claim/{ctx.rank}", 1)
+    me = {"host": ctx.host, "pid": os.getpid(), "local_rank": ctx.world.local_rank,
+          "world_size": ctx.world.world_size, "launcher": ctx.world.launcher,
+          "master": f"{ctx.world.master_addr}:{ctx.world.master_port}"}
+    if claim > 1:  # another process already holds this rank: say so, then leave the run to it
+        ctx.exchange.put(f"rendezvous/dup/{ctx.exchange.counter('rendezvous/dups', 1)}", {**me, "rank": ctx.rank})
+        raise SystemExit(0)
+    ctx.publish("rendezvous", me)
+
+
+def on_judge(ctx: JudgeContext) -> Outcome:
+    got = ctx.gather("rendezvous")
+    ctx.identities = got.results
+    findings = _duplicates(ctx) + _world_size_disagreements(ctx) + _missing(ctx, got.missing)
+    hosts: dict[str, list[int]] = {}
+    for rank, ident in sorted(got.results.items()):
+        hosts.setdefault(ident["host"], []).append(rank)
+    ctx.plan.update(hosts=hosts, leaders={h: ranks[0] for h, ranks in hosts.items()})
+    ctx.facts["world"] = {"size": ctx.world_size, "launcher": ctx.launcher, "hosts": hosts}
+    ctx.facts["ranks"] = [{"rank": r, **{k: i[k] for k in ("host", "pid", "local_rank")}}
+                          for r, i in sorted(got.results.items())]
+    joined = len(got.results)
+    detail = f"{joined}/{ctx.world_size} ranks on {len(hosts)} host{'s' if len(hosts) != 1 else ''}"
+    return Outcome.judged(findings, detail, hosts=hosts, leaders=ctx.plan["leaders"], token=ctx.run_token)
+
+
+def _duplicates(ctx: JudgeContext) -> list[Finding]:
+    count = ctx.exchange.counter("rendezvous/dups")
+    dups = [ctx.exchange.get(f"rendezvous/dup/{i}", 1.0) for i in range(1, count + 1)]
+    findings = []
+    for dup in dups:
+        first = ctx.identities.get(dup["rank"], {})
+        findings.append(Finding(
+            "rank-config-invalid", "error",
+            f"RANK={dup['rank']} is claimed twice: by {first.get('host', '?')} pid {first.get('pid', '?')} and by "
+            f"{dup['host']} pid {dup['pid']}", confidence=0.95, ranks=[dup["rank"]],
+            hosts=sorted({first.get("host", "?"), dup["host"]}),
+            evidence=[Evidence(f"{dup['host']} pid {dup['pid']}", f"RANK={dup['rank']} (launcher {dup['launcher']})")]))
+    return findings
+
+
+def _world_size_disagreements(ctx: JudgeContext) -> list[Finding]:
+    odd = {r: i["world_size"] for r, i in ctx.identities.items() if i["world_size"] != ctx.world_size}
+    if not odd:
+        return []
+    return [Finding("rank-config-invalid", "error",
+                    f"ranks {ranks_text(odd)} run with another WORLD_SIZE ({', '.join(map(str, sorted(set(odd.values()))))})"
+                    f" than rank 0 ({ctx.world_size})", confidence=0.9, ranks=sorted(odd), hosts=ctx.hosts_of(list(odd)),
+                    evidence=[Evidence(ctx.who(r), f"WORLD_SIZE={size}") for r, size in sorted(odd.items())])]
+
+
+def _missing(ctx: JudgeContext, missing: list[int]) -> list[Finding]:
+    """Missing ranks: under --local each child can say why (its join failure, its exit); else only who."""
+    findings, unexplained = [], []
+    reports = ctx.local.reports() if ctx.local else {}
+    exits = ctx.local.exits() if ctx.local else {}
+    for rank in missing:
+        if "join_failure" in reports.get(rank, {}):
+            findings.append(finding_from_wire(reports[rank]["join_failure"]))
+        else:
+            unexplained.append(rank)
+    if unexplained:
+        ended = {r: exits[r] for r in unexplained if r in exits}
+        evidence = [Evidence(f"rank {r}", f"process ended before joining ({_exit_words(code)})") for r, code in ended.items()]
+        evidence += [Evidence(f"rank {r} stderr", line) for r in ended for line in ctx.local.stderr_tail(r, 3)]
+        findings.append(Finding(
+            "store-timeout", "error",
+            f"rank{'s' if len(unexplained) > 1 else ''} {ranks_text(unexplained)} of {ctx.world_size} never joined "
+            f"the store within {ctx.options.timeout:g} s" + (f" ({len(ended)} ended before joining)" if ended else ""),
+            confidence=0.9, ranks=unexplained, evidence=evidence or [Evidence("store", f"{len(ctx.identities)} of "
+                                                                              f"{ctx.world_size} ranks joined")]))
+    return findings
+
+
+def _exit_words(code: int) -> str:
+    from ..watchdog import exit_words
+
+    return exit_words(code)
+
+
+STAGE = Stage("rendezvous", "Rendezvous", on_rank, on_judge)

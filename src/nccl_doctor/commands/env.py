@@ -1,0 +1,232 @@
+"""`nccl-doctor env`: what is true on this host (versions, NCCL libraries, GPUs, interfaces, IB, limits, env).
+
+Facts only: `--json` prints the Report contract with facts = probe.collect() and no findings; the text form
+lays the same facts out in sections. Judging them is `nccl-doctor lint`'s job.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.padding import Padding
+from rich.table import Table
+
+from ..model import Report
+from ..probe import collect
+from ..probe.network import gloo_select_interfaces, nccl_select_interfaces
+from ..render import emit
+from ..render.text import console_for
+
+GIB, MIB = 1024**3, 1024**2
+
+
+def size(n: Any) -> str:
+    if n == "unlimited" or n is None:
+        return str(n or "?")
+    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / MIB:.0f} MiB" if n >= MIB else f"{n / 1024:.0f} KiB"
+
+
+def missing(section: Any) -> str | None:
+    return section.get("unavailable") if isinstance(section, dict) else "not collected"
+
+
+def fields(console: Console, rows: list[tuple[str, Any]]) -> None:
+    table = Table(box=None, show_header=False, padding=(0, 3, 0, 0), pad_edge=False)
+    table.add_column(style="dim", no_wrap=True)
+    table.add_column(overflow="fold")
+    for label, value in rows:
+        table.add_row(label, escape(str(value)))
+    console.print(Padding(table, (0, 0, 0, 2), expand=False))
+
+
+def grid(console: Console, headers: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+    table = Table(box=None, padding=(0, 3, 0, 0), pad_edge=False, header_style="dim")
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    for row in rows:
+        table.add_row(*(escape("" if cell is None else str(cell)) for cell in row))
+    console.print(Padding(table, (0, 0, 0, 2), expand=False))
+
+
+def heading(console: Console, title: str, section: Any) -> bool:
+    """Print a section title; False (and the reason) when the section is unavailable."""
+    console.print(f"\n[bold]{title}[/bold]")
+    why = missing(section)
+    if why:
+        console.print(f"  [yellow]unavailable:[/yellow] {escape(why)}")
+        return False
+    return True
+
+
+def show_host(console: Console, host: dict) -> None:
+    if not heading(console, "Host", host):
+        return
+    c = host.get("container") or {}
+    container = f"{c.get('runtime')} ({', '.join(c.get('markers', []))})" if c.get("detected") else "none detected"
+    fields(console, [("hostname", host.get("hostname")), ("os", host.get("os")),
+                     ("kernel", f"{host.get('kernel')} ({host.get('arch')})"),
+                     ("cpus", f"{host.get('cpu_count')} ({host.get('cpus_usable')} usable by this process)"),
+                     ("container", container)])
+
+
+def show_software(console: Console, sw: dict) -> None:
+    if not heading(console, "Software", sw):
+        return
+    torch, nccl = sw.get("torch") or {}, sw.get("nccl") or {}
+    py = sw.get("python") or {}
+    if missing(torch):
+        torch_text = f"unavailable: {missing(torch)}"
+    else:
+        build = f"CUDA {torch['cuda']}" if torch.get("cuda") else f"ROCm {torch['hip']}" if torch.get("hip") else "CPU"
+        torch_text = f"{torch.get('version')} ({build} build, {torch.get('location')})"
+    built = torch.get("nccl_built_with")
+    built_text = f"{built} ({torch.get('nccl_built_with_source')})" if built else \
+        f"unavailable: {torch.get('nccl_built_with_unavailable') or missing(torch)}"
+    if missing(nccl):
+        loaded_text = f"unavailable: {missing(nccl)}"
+    elif nccl.get("loaded_version"):
+        loaded_text = f"{nccl['loaded_version']} from {nccl.get('loaded_from')} ({nccl.get('loaded_how')})"
+    else:
+        loaded_text = f"unavailable: {nccl.get('loaded_unavailable')}"
+    wheels = ", ".join(f"{w['name']} {w['version']}" for w in sw.get("nccl_wheels") or []) or "none"
+    fields(console, [("python", f"{py.get('version')} ({py.get('executable')})"), ("torch", torch_text),
+                     ("NCCL torch was built with", built_text), ("NCCL torch loads", loaded_text),
+                     ("nvidia-nccl wheels", wheels),
+                     ("LD_LIBRARY_PATH", ":".join(sw.get("ld_library_path") or []) or "unset")])
+    libs = nccl.get("libraries") or []
+    if libs:
+        grid(console, ("libnccl", "version", "found via"),
+             [(lib["path"], lib.get("version") or f"? {lib.get('unavailable', '')}", ", ".join(lib["found_via"]))
+              for lib in libs])
+    elif not missing(nccl):
+        console.print("  [dim]no libnccl.so* in torch's lib dir, nvidia-nccl wheels, LD_LIBRARY_PATH, ldconfig or "
+                      "the usual system paths[/dim]")
+
+
+def show_gpus(console: Console, gpus: dict) -> None:
+    if not heading(console, "GPUs", gpus):
+        return
+    fields(console, [("driver", gpus.get("driver_version")), ("CUDA driver", gpus.get("cuda_driver_version")),
+                     ("count", gpus.get("count"))])
+    grid(console, ("index", "name", "memory", "bus id", "uuid"),
+         [(d["index"], d["name"], f"{d['memory_total_mib']} MiB", d["bus_id"], d["uuid"])
+          for d in gpus.get("devices", [])])
+
+
+def show_network(console: Console, net: dict, env: dict) -> None:
+    if not heading(console, "Network", net):
+        return
+    ifaces = net.get("interfaces") or []
+    grid(console, ("interface", "state", "mtu", "speed", "addresses"),
+         [(i["name"], ("UP" if i.get("up") else "DOWN") + ("" if i.get("running", True) or not i.get("up")
+                                                         else " (no carrier)"),
+           i.get("mtu"), f"{i['speed_mbps']} Mb/s" if i.get("speed_mbps") else "",
+           ", ".join(a["address"] for a in i.get("addresses", [])) or "-") for i in ifaces])
+    nccl_spec, gloo_spec = env.get("NCCL_SOCKET_IFNAME"), env.get("GLOO_SOCKET_IFNAME")
+    nccl = nccl_select_interfaces(nccl_spec, ifaces, env.get("NCCL_SOCKET_FAMILY"))
+    nccl_text = ", ".join(f"{i['name']} ({i['selected_address']['address']})" for i in nccl) or "nothing"
+    rows = [("NCCL would use", f"{nccl_text}  [{'NCCL_SOCKET_IFNAME=' + nccl_spec if nccl_spec else 'default order'}]")]
+    host = net.get("hostname") or {}
+    if gloo_spec and len(gloo_spec) > 1:
+        gloo = gloo_select_interfaces(gloo_spec, ifaces)
+        gloo_text = ", ".join(f"{i['name']} ({i['selected_address']['address']})" for i in gloo) or "nothing"
+        rows.append(("Gloo would use", f"{gloo_text}  [GLOO_SOCKET_IFNAME={gloo_spec}]"))
+    elif host.get("addresses"):
+        loop = " (loopback)" if host.get("loopback_only") else ""
+        rows.append(("Gloo would use", f"the address of host name {host.get('name')}: "
+                                       f"{', '.join(host['addresses'])}{loop}"))
+    master = net.get("master")
+    if master:
+        route = master.get("route") or {}
+        if missing(route):
+            rows.append(("MASTER_ADDR", f"{master.get('addr')}: {missing(route)}"))
+        elif route:
+            rows.append(("MASTER_ADDR", f"{master.get('addr')} -> {route.get('address')} via {route.get('interface')} "
+                                        f"from {route.get('source_address')}"
+                                        + (" (this host)" if route.get("local") else "")))
+        listeners = master.get("listeners")
+        if isinstance(listeners, list):
+            rows.append(("MASTER_PORT", f"{master.get('port')}: " + (", ".join(
+                f"in use by {l.get('process') or 'pid'} {l.get('pid') or ''}".strip() for l in listeners)
+                or "free on this host")))
+    fields(console, rows)
+
+
+def show_infiniband(console: Console, ib: dict) -> None:
+    if not heading(console, "InfiniBand / RoCE", ib):
+        return
+    rows = [(d["name"], p.get("port"), p.get("state"), p.get("phys_state"), p.get("rate"), p.get("link_layer"),
+             ", ".join(d.get("netdevs", [])))
+            for d in ib.get("devices", []) for p in d.get("ports", [])]
+    if rows:
+        grid(console, ("device", "port", "state", "phys state", "rate", "link layer", "netdev"), rows)
+    else:
+        console.print("  [dim]no devices[/dim]")
+
+
+def show_limits(console: Console, limits: dict) -> None:
+    if not heading(console, "Limits", limits):
+        return
+    nofile, memlock, shm = limits.get("nofile") or {}, limits.get("memlock") or {}, limits.get("shm") or {}
+    shm_text = f"unavailable: {shm['unavailable']}" if "unavailable" in shm else \
+        f"{size(shm.get('total_bytes'))} total, {size(shm.get('free_bytes'))} free"
+    fields(console, [("open files (ulimit -n)", f"{nofile.get('soft')} (hard {nofile.get('hard')})"),
+                     ("locked memory (ulimit -l)", f"{size(memlock.get('soft'))} (hard {size(memlock.get('hard'))})"),
+                     ("/dev/shm", shm_text)])
+
+
+def show_environment(console: Console, env_facts: dict) -> None:
+    if not heading(console, "Environment (relevant variables, secrets redacted)", env_facts):
+        return
+    variables = env_facts.get("variables") or {}
+    if variables:
+        fields(console, list(variables.items()))
+    else:
+        console.print("  [dim]no NCCL_*, TORCH_*, GLOO_*, MASTER_*, RANK/WORLD_SIZE, CUDA_*, SLURM_*, OMPI_* "
+                      "variables set[/dim]")
+    for conf in env_facts.get("nccl_conf") or []:
+        if conf.get("exists"):
+            entries = [f"{e['name']}={e['value']}" for e in conf.get("entries", []) if "name" in e]
+            text = conf.get("unavailable") or ("; ".join(entries) or "no settings")
+            console.print(f"  [dim]{escape(conf['path'])}:[/dim] {escape(text)}")
+        else:
+            console.print(f"  [dim]{escape(conf['path'])}: absent[/dim]")
+
+
+def render_facts(facts: dict, env: dict, seconds: float, out: Any) -> None:
+    console = console_for(out)
+    with console.capture() as captured:
+        print_facts(console, facts, env, seconds)
+    out.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))  # no table padding at ends
+
+
+def print_facts(console: Console, facts: dict, env: dict, seconds: float) -> None:
+    host = facts.get("host") or {}
+    console.print(f"[bold]nccl-doctor env[/bold]  host {escape(str(host.get('hostname', '?')))}  "
+                  f"[dim](collected in {seconds:.2f} s)[/dim]")
+    show_host(console, facts.get("host"))
+    show_software(console, facts.get("software"))
+    show_gpus(console, facts.get("gpus"))
+    show_network(console, facts.get("network"), env)
+    show_infiniband(console, facts.get("infiniband"))
+    show_limits(console, facts.get("limits"))
+    show_environment(console, facts.get("environment"))
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON (report schema, no findings).")
+def env(as_json: bool) -> int:
+    """Show what is true on this host: versions, NCCL libraries, GPUs, interfaces, IB, limits, environment."""
+    start = time.perf_counter()
+    process_env = dict(os.environ)
+    facts = collect(process_env)
+    seconds = time.perf_counter() - start
+    if as_json:
+        return emit(Report("env", facts=facts), as_json=True)
+    render_facts(facts, process_env, seconds, click.get_text_stream("stdout"))
+    return 0

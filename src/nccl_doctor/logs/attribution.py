@@ -1,0 +1,117 @@
+"""Who wrote a line: rank, host, pid and time, from the prefixes launchers and libraries put on it.
+
+Prefixes are peeled off the front one at a time, outermost first (a launcher's tag wraps PyTorch's,
+which wraps NCCL's): mpirun `[1,3]<stderr>:`, torchrun `[rank3]:` / `[default3]:`, srun --label `3: `,
+Ray `(Worker pid=12)`, timestamps (ISO, kubectl --timestamps, glog `[E0709 17:05:38.16 file.cpp:12]`),
+then NCCL's `host:pid:tid [dev]`. PyTorch's `[PG ... Rank 3]` / `[Rank 3]` inside the message come last.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+_LAUNCHER_PREFIXES = [
+    re.compile(r"\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr)>:"),  # mpirun --tag-output
+    re.compile(r"\[(?:rank|default|trainer|worker|role)?[A-Za-z_-]*?(?P<rank>\d+)(?:\|\d+)?\]:"),  # torchrun/torchx
+    re.compile(r"\s*(?P<rank>\d{1,5}): (?=\S)"),  # srun --label
+    re.compile(r"\((?P<actor>[A-Za-z_][\w.]*)(?: pid=(?P<pid>\d+))?(?:, ip=(?P<host>[\d.]+))?\) "),  # Ray
+    re.compile(r"(?P<iso>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)(?: \|)?\s+"),
+    re.compile(r"\[(?P<iso>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]\s*"),
+    re.compile(r"\[(?P<level>[IWEF])(?P<mmdd>\d{4})? ?(?P<hms>\d\d:\d\d:\d\d(?:\.\d+)?)? ?[\w.-]+:\d+\]\s*"),
+    re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "),  # NCCL
+    re.compile(r"\[(?P<dev>\d+)\] (?=(?:[\w/.]+:\d+ (?:\([^)]*\) )?)?NCCL )"),  # NCCL with host cut off
+]
+_MESSAGE_RANK = re.compile(r"\[(?:PG (?:ID )?\d+ (?:PG GUID \d+(?:\([^)]*\))? )?)?Rank (?P<rank>\d+)\]")
+_HOST_COLON = re.compile(r"(?P<host>[\w.-]+): Test (?:NCCL )?failure")  # nccl-tests error lines
+
+_FILE_RANK = [
+    re.compile(r"(?:^|[^a-z])rank[-_.]?(\d+)", re.IGNORECASE),
+    re.compile(r"^(?:worker|proc|process|task|node|gpu)[-_.]?(\d+)", re.IGNORECASE),
+    re.compile(r"[._-](\d{1,5})\.(?:log|txt|out|err|stdout|stderr)(?:\.(?:gz|bz2|xz|zst))?$"),
+]
+_LOG_DIR_RANK = re.compile(r"attempt_\d+[/\\](\d+)[/\\](?:stdout|stderr)\.log")
+
+
+@dataclass
+class LineInfo:
+    message: str
+    rank: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    dev: int | None = None
+    ts: float | None = None
+    ts_kind: str | None = None  # "iso" or "glog": only same kinds compare
+
+
+def attribute(text: str) -> LineInfo:
+    """Peel the known prefixes off a line and say who wrote it."""
+    info = LineInfo(message=text)
+    rest = text.lstrip(" \t")
+    for _ in range(6):  # prefixes nest a few deep at most
+        for prefix in _LAUNCHER_PREFIXES:
+            m = prefix.match(rest)
+            if m:
+                _absorb(info, m.groupdict())
+                rest = rest[m.end():]
+                break
+        else:
+            break
+    if info.rank is None:
+        m = _MESSAGE_RANK.search(rest, 0, 240)
+        if m:
+            info.rank = int(m.group("rank"))
+    if info.host is None:
+        m = _HOST_COLON.match(rest)
+        if m:
+            info.host = m.group("host")
+    info.message = rest
+    return info
+
+
+def _absorb(info: LineInfo, fields: dict[str, str | None]) -> None:
+    if fields.get("rank") is not None and info.rank is None:
+        info.rank = int(fields["rank"])  # type: ignore[arg-type]
+    if fields.get("host") and info.host is None:
+        info.host = fields["host"]
+    if fields.get("pid") and info.pid is None:
+        info.pid = int(fields["pid"])  # type: ignore[arg-type]
+    if fields.get("dev") is not None and info.dev is None:
+        info.dev = int(fields["dev"])  # type: ignore[arg-type]
+    if fields.get("iso") and info.ts is None:
+        info.ts, info.ts_kind = _iso_seconds(fields["iso"]), "iso"  # type: ignore[arg-type]
+    elif fields.get("hms") and info.ts is None:
+        info.ts, info.ts_kind = _glog_seconds(fields.get("mmdd"), fields["hms"]), "glog"  # type: ignore[arg-type]
+
+
+def _iso_seconds(text: str) -> float | None:
+    try:
+        return datetime.fromisoformat(text.replace(",", ".").replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _glog_seconds(mmdd: str | None, hms: str) -> float | None:
+    try:
+        h, m, s = hms.split(":")
+        seconds = int(h) * 3600 + int(m) * 60 + float(s)
+    except ValueError:
+        return None
+    if mmdd:
+        seconds += (int(mmdd[:2]) * 31 + int(mmdd[2:])) * 86400
+    return seconds
+
+
+def rank_from_path(path: str) -> int | None:
+    """The rank a per-rank file name announces (rank-3.log, worker_3.err, job.3.out, .../attempt_0/3/stdout.log)."""
+    m = _LOG_DIR_RANK.search(path)
+    if m:
+        return int(m.group(1))
+    name = os.path.basename(path)
+    for rx in _FILE_RANK:
+        m = rx.search(name)
+        if m:
+            return int(m.group(1))
+    return None

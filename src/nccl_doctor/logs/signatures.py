@@ -1,0 +1,250 @@
+"""The log signature catalog (catalog/signatures.toml), loaded and compiled.
+
+Each pattern lives once, as a Python regex; the other engines get derived forms: hyperscan needs no
+named groups and no trailing unbounded tails (they would report one match per character), grep -E
+needs POSIX classes. A required literal per signature feeds the portable pre-filter.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+try:  # Python 3.11+ keeps the regex parser here (sre_parse is a deprecated alias)
+    from re import _constants as sre_constants  # type: ignore[attr-defined]
+    from re import _parser as sre_parse  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants  # type: ignore[no-redef]
+    import sre_parse  # type: ignore[no-redef]
+
+from ..catalog import cause as lookup_cause
+from ..catalog import load_toml
+
+ROLES = ("root", "generic", "echo", "timeout", "fact", "hint")
+DEFAULT_WEIGHT = {"root": 80, "generic": 35, "echo": 10, "timeout": 45, "fact": 0, "hint": 0}
+DEFAULT_CONFIDENCE = {"root": 0.85, "generic": 0.45, "echo": 0.4, "timeout": 0.6, "fact": 0.0, "hint": 0.0}
+
+
+@dataclass(frozen=True)
+class Signature:
+    index: int
+    id: str
+    role: str
+    pattern: str
+    example: str
+    cause: str | None = None
+    fact: str | None = None
+    hint: str | None = None
+    weight: int = 0
+    confidence: float = 0.0
+    literals: tuple[str, ...] = ()
+    caseless: bool = False
+    scope: str = "all"  # "tail": only read in the last lines of each file (frequent lines)
+    note: str = ""
+    regex: re.Pattern[str] = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    @property
+    def is_error(self) -> bool:
+        return self.role in ("root", "generic", "echo", "timeout")
+
+    def match(self, text: str) -> dict[str, str] | None:
+        """Named captures of the first match in `text` (empty dict if none named), or None."""
+        m = self.regex.search(text)
+        if not m:
+            return None
+        return {k: v for k, v in m.groupdict().items() if v is not None}
+
+
+def required_literals(pattern: str) -> tuple[str, ...]:
+    """Literals of which every match of `pattern` contains at least one (() when none is certain).
+
+    Picks, at the top level of the pattern, the element whose alternatives have the longest shortest
+    literal: a plain run of characters, or a group / alternation whose every branch has one.
+    """
+    try:
+        parsed = sre_parse.parse(pattern)
+    except (re.error, sre_constants.error):  # pragma: no cover - patterns are tested to compile
+        return ()
+    found = _alternatives(list(parsed))
+    if not found:
+        return ()
+    if parsed.state.flags & re.IGNORECASE:
+        found = [lit.lower() for lit in found]
+    return tuple(dict.fromkeys(found))
+
+
+def _alternatives(items: list[Any]) -> list[str] | None:
+    candidates: list[list[str]] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if run:
+            candidates.append(["".join(run)])
+            run.clear()
+
+    for op, av in items:
+        if op is sre_constants.LITERAL:
+            run.append(chr(av))
+            continue
+        flush()
+        sub: list[str] | None = None
+        if op is sre_constants.SUBPATTERN:
+            sub = _alternatives(list(av[-1]))
+        elif op is sre_constants.BRANCH:
+            branches = [_alternatives(list(b)) for b in av[1]]
+            if all(branches):
+                sub = [lit for b in branches for lit in b]  # type: ignore[union-attr]
+        elif op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT) and av[0] >= 1:
+            sub = _alternatives(list(av[2]))
+        if sub:
+            candidates.append(sub)
+    flush()
+    if not candidates:
+        return None
+    return max(candidates, key=lambda alts: min(len(a) for a in alts))
+
+
+_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
+_TAIL_ATOM = r"(?:\.|\\[SsWwDd]|\[[^\]]*\])[*+]\??"
+_TRAILING_TAIL = re.compile(rf"(?:\(\?:{_TAIL_ATOM}\)|\(\?:[^()]*\)[*+]\??|{_TAIL_ATOM})\$?$")
+
+
+def hyperscan_expression(pattern: str) -> str:
+    """The pattern as hyperscan wants it: plain groups, no unbounded tail (Python re re-checks the line)."""
+    expr = _NAMED_GROUP.sub("(?:", pattern)
+    while True:
+        stripped = _TRAILING_TAIL.sub("", expr)
+        if stripped == expr or not stripped or _unbalanced(stripped):
+            return expr
+        expr = stripped
+
+
+def _unbalanced(expr: str) -> bool:
+    depth = 0
+    escaped = False
+    in_class = False
+    for ch in expr:
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth < 0:
+                return True
+    return depth != 0 or in_class
+
+
+_ERE_REPLACEMENTS = [
+    (re.compile(r"\(\?P<\w+>"), "("),
+    (re.compile(r"\(\?:"), "("),
+    (re.compile(r"\\d"), "[0-9]"),
+    (re.compile(r"\\b"), ""),
+    (re.compile(r"\*\?"), "*"),
+    (re.compile(r"\+\?"), "+"),
+    (re.compile(r"\?\?"), "?"),
+]
+_CLASS_ESCAPES = {"w": "[:alnum:]_", "d": "0-9", "s": "[:space:]", "]": "", "-": "", "\\": "\\"}
+
+
+def grep_expression(pattern: str) -> str:
+    """A GNU `grep -E` rendering of the pattern (for the benchmark that compares with grep)."""
+    expr = _posix_brackets(pattern.removeprefix("(?i)"))
+    for rx, repl in _ERE_REPLACEMENTS:
+        expr = rx.sub(repl, expr)
+    return expr
+
+
+def _posix_brackets(pattern: str) -> str:
+    """Rewrite [...] classes for POSIX: no backslash escapes inside, ']' first and '-' last."""
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if ch != "[":
+            out.append(ch)
+            i += 1
+            continue
+        j = i + 1
+        negate = pattern[j:j + 1] == "^"
+        j += negate
+        members, closing, dash = [], False, False
+        while j < len(pattern):
+            c = pattern[j]
+            if c == "\\" and j + 1 < len(pattern):
+                esc = pattern[j + 1]
+                if esc == "]":
+                    closing = True
+                elif esc == "-":
+                    dash = True
+                else:
+                    members.append(_CLASS_ESCAPES.get(esc, esc))
+                j += 2
+                continue
+            if c == "]" and (members or closing or dash):
+                break
+            if c == "-" and (j + 1 < len(pattern) and pattern[j + 1] == "]"):
+                dash = True
+            else:
+                members.append(c)
+            j += 1
+        out.append("[" + ("^" if negate else "") + ("]" if closing else "") + "".join(members) + ("-" if dash else "") + "]")
+        i = j + 1
+    return "".join(out)
+
+
+@cache
+def signatures() -> tuple[Signature, ...]:
+    rows = load_toml("signatures.toml")["signature"]
+    table: list[Signature] = []
+    seen: set[str] = set()
+    for i, row in enumerate(rows):
+        role = row["role"]
+        if role not in ROLES:
+            raise ValueError(f"signature {row['id']}: unknown role {role}")
+        if row["id"] in seen:
+            raise ValueError(f"signature {row['id']} defined twice")
+        seen.add(row["id"])
+        cause = row.get("cause")
+        if cause:
+            lookup_cause(cause)
+        elif role in ("root", "generic", "echo", "timeout"):
+            raise ValueError(f"signature {row['id']}: role {role} needs a cause")
+        pattern = row["pattern"]
+        table.append(Signature(
+            index=i, id=row["id"], role=role, pattern=pattern, example=row["example"], cause=cause,
+            fact=row.get("fact"), hint=row.get("hint"),
+            weight=int(row.get("weight", DEFAULT_WEIGHT[role])),
+            confidence=float(row.get("confidence", DEFAULT_CONFIDENCE[role])),
+            literals=_literals(row, pattern),
+            caseless=pattern.startswith("(?i)"),
+            scope=row.get("scope", "all"),
+            note=row.get("note", ""),
+            regex=re.compile(pattern),
+        ))
+    return tuple(table)
+
+
+def _literals(row: dict[str, Any], pattern: str) -> tuple[str, ...]:
+    given = row.get("literal")
+    if given:
+        return (given,) if isinstance(given, str) else tuple(given)
+    return required_literals(pattern)
+
+
+def by_id(signature_id: str) -> Signature:
+    for sig in signatures():
+        if sig.id == signature_id:
+            return sig
+    raise KeyError(signature_id)

@@ -1,0 +1,83 @@
+"""Markdown rendering of a report, for pasting into a GitHub issue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..model import Finding, Report
+from .table import HEADERS, rank_rows
+from .text import confidence_word
+
+MAX_EVIDENCE = 8
+
+
+def render_markdown(report: Report) -> str:
+    lines = [f"### nccl-doctor {report.command}: {report.verdict}", ""]
+    findings = report.ordered()
+    if not findings:
+        lines += ["No known failure signature was recognised.", ""]
+    for i, finding in enumerate(findings, 1):
+        lines += _finding(finding, f"{i}.", level=4)
+    rows = rank_rows(report.facts)
+    if rows:
+        lines += ["#### Per-rank last state", "", "| " + " | ".join(HEADERS) + " |",
+                  "|" + "---|" * len(HEADERS)]
+        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+        lines.append("")
+    lines += _inputs(report.facts)
+    lines.append(f"<sub>nccl-doctor {report.to_json()['version']}</sub>")
+    return "\n".join(lines) + "\n"
+
+
+def _finding(finding: Finding, number: str, level: int) -> list[str]:
+    head = "#" * level
+    where = []
+    if finding.ranks:
+        where.append("ranks " + ", ".join(map(str, sorted(set(finding.ranks)))))
+    if finding.hosts:
+        where.append("hosts " + ", ".join(sorted(set(finding.hosts))))
+    out = [
+        f"{head} {number} {finding.severity.value.upper()} `{finding.cause}`: {_inline(finding.message)}",
+        "",
+        f"*{finding.category}* · confidence {confidence_word(finding.confidence)} ({finding.confidence:.2f})"
+        + (" · " + "; ".join(where) if where else ""),
+        "",
+    ]
+    if finding.evidence:
+        out.append("```")
+        for ev in finding.evidence[:MAX_EVIDENCE]:
+            loc = f"{ev.source}:{ev.line}" if ev.line else ev.source
+            out.append(f"{loc}: {ev.text}".replace("```", "'''"))
+        out += ["```", ""]
+    steps = finding.fix_steps()
+    if steps:
+        out += ["**Fix**", ""] + [f"- {_inline(s)}" for s in steps] + [""]
+    if finding.secondary:
+        out += ["<details><summary>secondary symptoms</summary>", ""]
+        for j, sub in enumerate(finding.secondary, 1):
+            out += _finding(sub, f"{number}{j}.", level=min(6, level + 1))
+        out += ["</details>", ""]
+    return out
+
+
+def _inputs(facts: dict[str, Any]) -> list[str]:
+    inputs = facts.get("inputs") or {}
+    out = []
+    if inputs.get("read"):
+        out.append(f"Read {len(inputs['read'])} input(s), {inputs.get('lines', 0)} lines.")
+    for problem in inputs.get("problems") or []:
+        out.append(f"- skipped: {_inline(problem)}")
+    unrecognised = facts.get("unrecognized") or []
+    if unrecognised:
+        out += ["", "Lines that look like errors:", "", "```"]
+        out += [f"{e['source']}:{e['line']}: {e['text']}".replace("```", "'''") for e in unrecognised]
+        out.append("```")
+    return out + [""] if out else []
+
+
+def _inline(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _cell(text: str) -> str:
+    return _inline(text).replace("|", "\\|").replace("`", "'") or " "

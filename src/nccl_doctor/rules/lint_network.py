@@ -1,0 +1,236 @@
+"""Lint rules about network interfaces and InfiniBand: which interfaces and HCAs NCCL and Gloo would really
+select on this host, using their exact matching rules (probe/network.py, probe/infiniband.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..model import Evidence, Finding, Severity
+from ..probe.infiniband import hca_matches, ib_select_ports
+from ..probe.network import gloo_select_interfaces, nccl_select_interfaces
+from .lint_context import Context
+from .nccl_parse import strtoll
+
+VIRTUAL_PREFIXES = ("lo", "docker", "virbr", "veth", "br-", "cni", "flannel", "cali", "tun", "tailscale", "wg")
+
+
+def _usable(interfaces: list[dict]) -> list[dict]:
+    """UP interfaces with an address."""
+    return [i for i in interfaces if i.get("up") and i.get("addresses")]
+
+
+def _listing(interfaces: list[dict]) -> str:
+    shown = [f"{i['name']} {i['addresses'][0]['address']}" for i in _usable(interfaces)]
+    return ", ".join(shown) if shown else "none"
+
+
+def _address(iface: dict) -> str:
+    return (iface.get("selected_address") or {}).get("address", "?")
+
+
+def _best_interface(ctx: Context, interfaces: list[dict]) -> str | None:
+    """The interface to recommend: the one this host uses to reach MASTER_ADDR, else the first non-virtual one."""
+    route = ctx.master_route or {}
+    if route.get("interface") and not route.get("loopback"):
+        return route["interface"]
+    real = [i["name"] for i in _usable(interfaces) if not i["name"].startswith(VIRTUAL_PREFIXES)]
+    return real[0] if real else None
+
+
+def _exists_but_unusable(spec: str, interfaces: list[dict]) -> list[str]:
+    """Why the interfaces a (non-excluding) spec names were not selected: down, or without an address."""
+    if spec.startswith("^"):
+        return []
+    names = [n.split(":")[0] for n in spec.lstrip("=").split(",") if n]
+    notes = []
+    for iface in interfaces:
+        if any(iface["name"].startswith(n) for n in names):
+            if not iface.get("up") or not iface.get("running", True):
+                notes.append(f"{iface['name']} exists but is DOWN")
+            elif not iface.get("addresses"):
+                notes.append(f"{iface['name']} exists but has no IP address")
+    return notes
+
+
+def socket_ifname(ctx: Context) -> Iterator[Finding]:
+    """NCCL_SOCKET_IFNAME that selects nothing on this host (prefix list, `^` excludes, `=` exact names), or
+    only loopback/virtual interfaces in a multi-node job."""
+    s, interfaces = ctx.get("NCCL_SOCKET_IFNAME"), ctx.interfaces
+    if s is None or interfaces is None:
+        return
+    if len(s.value) <= 1:
+        yield Finding("env-invalid-value", Severity.WARNING,
+                      f"{s.shown}: NCCL ignores values shorter than 2 characters and picks interfaces itself",
+                      evidence=[s.evidence()], fix=[f"Name the interface, e.g. `export NCCL_SOCKET_IFNAME="
+                                                    f"{_best_interface(ctx, interfaces) or 'eth0'}`."])
+        return
+    family = ctx.value("NCCL_SOCKET_FAMILY")
+    selected = nccl_select_interfaces(s.value, interfaces, family)
+    if not selected:
+        notes = _exists_but_unusable(s.value, interfaces)
+        best = _best_interface(ctx, interfaces)
+        fam = f" of family {family}" if family in ("AF_INET", "AF_INET6") else ""
+        yield Finding("socket-ifname-no-match", Severity.ERROR,
+                      f"{s.shown} selects no interface{fam} on this host"
+                      + (f" ({'; '.join(notes)})" if notes else "")
+                      + f"; UP interfaces with an address: {_listing(interfaces)}",
+                      evidence=[s.evidence()],
+                      fix=[f"`export NCCL_SOCKET_IFNAME={best}`" if best else
+                           "Bring an interface up with an address, then name it in NCCL_SOCKET_IFNAME."])
+        return
+    if ctx.multi_node and all(i["name"].startswith(("lo", "docker", "virbr")) for i in selected):
+        yield Finding("wrong-interface-selected", Severity.ERROR,
+                      f"{s.shown} selects only {', '.join(i['name'] for i in selected)}, which other nodes cannot "
+                      f"reach", evidence=[s.evidence()],
+                      fix=[f"`export NCCL_SOCKET_IFNAME={_best_interface(ctx, interfaces) or 'eth0'}`"])
+
+
+def bootstrap_interface(ctx: Context) -> Iterator[Finding]:
+    """The interface NCCL would bootstrap over (the first it selects) is loopback/virtual, or is not the one this
+    host uses to reach MASTER_ADDR, in a multi-node job; or no interface is usable at all."""
+    interfaces = ctx.interfaces
+    if interfaces is None:
+        return
+    spec = ctx.get("NCCL_SOCKET_IFNAME")
+    spec_value = spec.value if spec and len(spec.value) > 1 else None
+    family = ctx.value("NCCL_SOCKET_FAMILY")
+    selected = nccl_select_interfaces(spec_value, interfaces, family)
+    if not selected:
+        if spec_value is None:  # a NCCL_SOCKET_IFNAME that matches nothing is socket_ifname's finding
+            fam = ctx.get("NCCL_SOCKET_FAMILY")
+            yield Finding("no-usable-interface", Severity.ERROR,
+                          "NCCL finds no usable interface (UP and RUNNING with an address"
+                          + (f" of family {family}" if fam else "") + f"); interfaces: {_listing(interfaces)}",
+                          evidence=[fam.evidence()] if fam else [Evidence("probe:network", _listing(interfaces))])
+        return
+    if not ctx.multi_node:
+        return
+    first = selected[0]
+    shown = f"{first['name']} ({_address(first)})"
+    if spec_value is None:
+        how = "without NCCL_SOCKET_IFNAME NCCL picks"
+        evidence = [Evidence("probe:network", f"NCCL's default order (ib*, then not docker/lo/virbr) gives {shown}")]
+        if first["name"].startswith(VIRTUAL_PREFIXES):
+            yield Finding("wrong-interface-selected", Severity.WARNING,
+                          f"{how} {shown} for bootstrap, a loopback/virtual interface other nodes may not reach",
+                          evidence=evidence, fix=[f"`export NCCL_SOCKET_IFNAME={_best_interface(ctx, interfaces)}`"])
+            return
+    else:
+        how, evidence = f"{spec.shown} selects", [spec.evidence()]
+        if all(i["name"].startswith(("lo", "docker", "virbr")) for i in selected):
+            return  # socket_ifname reports it
+    route = ctx.master_route or {}
+    if route.get("interface") and not route.get("local") and route["interface"] != first["name"]:
+        yield Finding("wrong-interface-selected", Severity.WARNING,
+                      f"{how} {shown} for bootstrap, but this host reaches MASTER_ADDR {route.get('host')} through "
+                      f"{route['interface']} ({route.get('source_address')}); peers may not reach {first['name']}",
+                      confidence=0.5,
+                      evidence=[*evidence, Evidence("probe:network", f"route to {route.get('address')} via "
+                                                                     f"{route['interface']}")],
+                      fix=[f"`export NCCL_SOCKET_IFNAME={route['interface']}` (on every node, with its own name)"])
+
+
+def gloo_ifname(ctx: Context) -> Iterator[Finding]:
+    """GLOO_SOCKET_IFNAME names that do not exist (Gloo takes exact names only: no prefixes, `^` or `=`); or,
+    when unset in a multi-node job, a host name that resolves only to loopback (Gloo binds to it)."""
+    s, interfaces = ctx.get("GLOO_SOCKET_IFNAME"), ctx.interfaces
+    if interfaces is None:
+        return
+    if s is None:
+        yield from _gloo_default(ctx)
+        return
+    if len(s.value) <= 1:
+        return
+    found = {i["name"] for i in gloo_select_interfaces(s.value, interfaces)}
+    missing = [name for name in s.value.split(",") if name not in found]
+    if not missing:
+        return
+    names = {i["name"] for i in interfaces}
+    hints = []
+    if any(n[:1] in "^=" or (n not in names and any(x.startswith(n) for x in names)) for n in missing):
+        hints.append("Gloo takes exact interface names, not NCCL's prefix/^/= syntax")
+    hints += [f"{n} exists but has no IP address" for n in missing if n in names]
+    if any(n.replace(".", "").isdigit() for n in missing):
+        hints.append("it takes interface names, not addresses")
+    best = _best_interface(ctx, interfaces)
+    listed = ", ".join(map(repr, missing))
+    yield Finding("gloo-ifname-no-match", Severity.ERROR,
+                  f"{s.shown}: no interface named {listed} with an address on this host"
+                  + (f" ({'; '.join(hints)})" if hints else "")
+                  + f"; Gloo fails with 'Unable to find address for: {missing[0]}'",
+                  evidence=[s.evidence()],
+                  fix=[f"`export GLOO_SOCKET_IFNAME={best}`" if best else "Name an existing interface."])
+
+
+def _gloo_default(ctx: Context) -> Iterator[Finding]:
+    host = (ctx.section("network") or {}).get("hostname") or {}
+    if ctx.multi_node and host.get("loopback_only"):
+        yield Finding("wrong-interface-selected", Severity.WARNING,
+                      f"GLOO_SOCKET_IFNAME is unset and the host name {host.get('name')} resolves only to "
+                      f"{', '.join(host.get('addresses', []))} (loopback): Gloo binds there and other nodes cannot "
+                      f"connect", evidence=[Evidence("probe:network", f"{host.get('name')} -> "
+                                                                      f"{', '.join(host.get('addresses', []))}")],
+                      fix=[f"`export GLOO_SOCKET_IFNAME={_best_interface(ctx, ctx.interfaces or []) or 'eth0'}`",
+                           "Or fix /etc/hosts so the host name maps to the routable address."])
+
+
+def ib_hca(ctx: Context) -> Iterator[Finding]:
+    """NCCL_IB_HCA that selects no device or no ACTIVE port (prefix match: mlx5_1 also selects mlx5_10..19)."""
+    s, devices = ctx.get("NCCL_IB_HCA"), ctx.ib_devices
+    if s is None or devices is None or not s.value:
+        return
+    if not devices:
+        cause = "ib-missing-in-container" if ctx.in_container else "ib-hca-no-match"
+        yield Finding(cause, Severity.WARNING,
+                      f"{s.shown} but this host shows no RDMA devices (no /sys/class/infiniband): NCCL uses sockets",
+                      evidence=[s.evidence()], confidence=0.7)
+        return
+    names = [d["name"] for d in devices]
+    matching = [(d["name"], p) for d in devices for p in d.get("ports", ())
+                if hca_matches(d["name"], p.get("port"), s.value)]
+    if not matching:
+        yield Finding("ib-hca-no-match", Severity.ERROR,
+                      f"{s.shown} selects no device on this host (devices: {', '.join(names)}): NCCL falls back to "
+                      f"TCP sockets", evidence=[s.evidence()],
+                      fix=[f"`export NCCL_IB_HCA={','.join('=' + n for n in names)}` (or the subset you want)"])
+        return
+    if not ib_select_ports(s.value, devices):
+        states = ", ".join(f"{d}:{p.get('port')} {p.get('state')}" for d, p in matching)
+        yield Finding("ib-port-down", Severity.ERROR,
+                      f"{s.shown} selects only ports that are not ACTIVE ({states}): NCCL falls back to sockets",
+                      evidence=[s.evidence()])
+        return
+    if not s.value.lstrip("^").startswith("="):
+        wanted = [e.split(":")[0] for e in s.value.lstrip("^").split(",") if e]
+        extra = sorted({d for d, _ in matching if d not in wanted and not s.value.startswith("^")})
+        if extra:
+            yield Finding("ib-hca-no-match", Severity.WARNING,
+                          f"{s.shown} is a prefix list: it also selects {', '.join(extra)}",
+                          evidence=[s.evidence()], confidence=0.6,
+                          fix=[f"Use exact names: `export NCCL_IB_HCA={'=' + ','.join(wanted)}`"])
+
+
+def ib_ports(ctx: Context) -> Iterator[Finding]:
+    """RDMA devices are present but none of their ports is ACTIVE: NCCL silently uses TCP sockets."""
+    devices = ctx.ib_devices
+    if not devices or ctx.get("NCCL_IB_HCA") or ctx.active_ib_ports:
+        return
+    states = [f"{d['name']}:{p.get('port')} {p.get('state')}/{p.get('phys_state')}" for d in devices
+              for p in d.get("ports", ())]
+    if states:
+        yield Finding("ib-port-down", Severity.WARNING,
+                      f"no InfiniBand/RoCE port is ACTIVE ({', '.join(states)}): NCCL will use TCP sockets",
+                      evidence=[Evidence("/sys/class/infiniband", st) for st in states])
+
+
+def ib_disabled(ctx: Context) -> Iterator[Finding]:
+    """NCCL_IB_DISABLE=1 on a host with ACTIVE InfiniBand/RoCE ports: inter-node traffic goes over TCP."""
+    s = ctx.get("NCCL_IB_DISABLE")
+    if s is None or strtoll(s.value).value == 0 or not ctx.active_ib_ports:
+        return
+    ports = ", ".join(f"{d}:{p.get('port')} ({p.get('rate')})" for d, p in ctx.active_ib_ports)
+    yield Finding("ib-not-used", Severity.WARNING,
+                  f"{s.shown} although this host has ACTIVE RDMA ports ({ports}): inter-node traffic goes over TCP "
+                  f"sockets at a fraction of the bandwidth", evidence=[s.evidence()],
+                  fix=["`unset NCCL_IB_DISABLE` unless it works around a confirmed IB problem."])
+

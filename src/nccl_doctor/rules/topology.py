@@ -1,0 +1,572 @@
+"""Hardware facts (probe/hardware.py) -> findings: topology, InfiniBand ports, NVLink and fabric
+manager, GPU health, PCIe links.
+
+Each check is one small function over the facts and the NCCL environment that yields findings, and
+yields nothing when all is well; `judge()` runs them all. Facts a probe could not read
+({"unavailable": ...}) make their checks silent rather than guess.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from ..model import Evidence, Finding, Severity
+from ..probe.topology import distance_rank, knowledge
+
+Facts = Mapping[str, Any]
+Env = Mapping[str, str]
+Check = Callable[[Facts, Env], Iterator[Finding]]
+
+SMI = "nvidia-smi topo -m"
+IB_SYSFS = "/sys/class/infiniband"
+ROCE_V2 = "RoCE v2"
+PHYS_MEANING = {
+    "Polling": "no cable or no link partner",
+    "Disabled": "administratively disabled",
+    "LinkUp": "the link is up but no subnet manager has configured the port",
+    "LinkErrorRecovery": "the link is recovering from errors",
+}
+
+
+def part(facts: Facts, key: str) -> dict[str, Any]:
+    """A probe's facts, or {} when the probe could not read them."""
+    value = facts.get(key) or {}
+    return {} if "unavailable" in value else value
+
+
+def worse(a: Severity, b: Severity) -> Severity:
+    return a if a.rank <= b.rank else b
+
+
+# ---------------------------------------------------------------- NCCL_IB_HCA
+
+def parse_hca_spec(spec: str) -> tuple[bool, bool, list[tuple[str, str | None]]]:
+    """NCCL_IB_HCA: '^' excludes, then '=' asks exact names (else prefixes); items are dev[:port[:...]]."""
+    spec = spec.strip()
+    exclude = spec.startswith("^")
+    spec = spec.removeprefix("^")
+    exact = spec.startswith("=")
+    spec = spec.removeprefix("=")
+    items = []
+    for item in spec.split(","):
+        name, _, rest = item.strip().partition(":")
+        if name:
+            items.append((name, rest.partition(":")[0] or None))
+    return exclude, exact, items
+
+
+def hca_selects(spec: str | None, device: str, port: str | None = None) -> bool:
+    """Whether NCCL would use DEVICE[:PORT] under NCCL_IB_HCA=spec (unset selects everything)."""
+    if not spec or not spec.strip():
+        return True
+    exclude, exact, items = parse_hca_spec(spec)
+    hit = any((device == name if exact else device.startswith(name)) and (p is None or port is None or p == port)
+              for name, p in items)
+    return hit != exclude
+
+
+def ib_in_use(env: Env) -> bool:
+    return env.get("NCCL_IB_DISABLE", "").strip() != "1"
+
+
+def selected_ports(facts: Facts, env: Env) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    spec = env.get("NCCL_IB_HCA")
+    for dev, info in part(facts, "ib_ports").get("devices", {}).items():
+        for port, p in info.get("ports", {}).items():
+            if hca_selects(spec, dev, port):
+                yield dev, port, p
+
+
+def port_is_active(p: Mapping[str, Any]) -> bool:
+    return p.get("state_code") == 4 or p.get("state") == "ACTIVE"
+
+
+# ---------------------------------------------------------------- topology
+
+def nearest(row: Mapping[str, str], nics: Mapping[str, str],
+            allowed: set[str] | None = None) -> tuple[str, list[str]] | None:
+    """(distance class, RDMA names) of the closest NICs in a GPU's row, among `allowed` names."""
+    cells = [(cell, name) for label, name in nics.items() if (cell := row.get(label))
+             and (allowed is None or name in allowed)]
+    if not cells:
+        return None
+    best = min(distance_rank(cell) for cell, _ in cells)
+    winners = [(cell, name) for cell, name in cells if distance_rank(cell) == best]
+    return winners[0][0], [name for _, name in winners]
+
+
+def check_gpu_nic_far(facts: Facts, env: Env) -> Iterator[Finding]:
+    topo = part(facts, "topology")
+    nics = topo.get("nics") or {}
+    if not nics or not ib_in_use(env):
+        return
+    far = [(gpu, hit) for gpu in topo.get("gpus", [])
+           if (hit := nearest(topo["matrix"].get(gpu, {}), nics)) and hit[0] == "SYS"]
+    if far:
+        gpus = ", ".join(gpu for gpu, _ in far)
+        yield Finding(
+            "gpu-nic-far", Severity.WARNING,
+            f"{gpus}: the nearest RDMA NIC is across the CPU interconnect (SYS); multi-node traffic of "
+            f"{'this GPU' if len(far) == 1 else 'these GPUs'} crosses sockets without GPUDirect RDMA",
+            confidence=0.7,
+            evidence=[Evidence(topo.get("source", SMI), f"{gpu}: nearest NIC {', '.join(names)} = SYS")
+                      for gpu, (_, names) in far],
+            fix=["This is the node's wiring: place multi-node ranks on the GPUs that have a PIX/PXB NIC, "
+                 "or add a NIC on the other socket."])
+
+
+def rdma_ports(facts: Facts) -> dict[str, list[str | None]]:
+    """RDMA device -> its ports, from sysfs; else the NIC names of the matrix (ports unknown)."""
+    devices = part(facts, "ib_ports").get("devices", {})
+    if devices:
+        return {dev: list(info.get("ports", {})) for dev, info in devices.items()}
+    return {name: [None] for name in (part(facts, "topology").get("nics") or {}).values()}
+
+
+def check_ib_hca(facts: Facts, env: Env) -> Iterator[Finding]:
+    spec = env.get("NCCL_IB_HCA", "").strip()
+    devices = rdma_ports(facts)
+    if not spec or not devices or not ib_in_use(env):
+        return
+    chosen = {dev for dev, ports in devices.items() for port in ports or [None] if hca_selects(spec, dev, port)}
+    if not chosen:
+        yield Finding(
+            "ib-hca-no-match", Severity.ERROR,
+            f"NCCL_IB_HCA={spec} selects none of this host's RDMA devices ({', '.join(devices)}); "
+            "NCCL falls back to TCP sockets",
+            confidence=0.9, evidence=[Evidence("env", f"NCCL_IB_HCA={spec}"),
+                                      Evidence(IB_SYSFS, "devices: " + ", ".join(devices))],
+            fix=[f"export NCCL_IB_HCA={','.join(devices)} (or the subset you mean), or unset it."])
+        return
+    yield from far_hca_choice(facts, spec, chosen)
+
+
+def far_hca_choice(facts: Facts, spec: str, chosen: set[str]) -> Iterator[Finding]:
+    """NCCL_IB_HCA leaves a GPU with only a far NIC while a near one (within the GDR limit) exists."""
+    topo = part(facts, "topology")
+    nics = topo.get("nics") or {}
+    gdr_limit = distance_rank(knowledge()["distance"]["gdr_default_max"])
+    hurt = []
+    for gpu in topo.get("gpus", []):
+        row = topo["matrix"].get(gpu, {})
+        best, kept = nearest(row, nics), nearest(row, nics, chosen)
+        if best and kept and distance_rank(kept[0]) > gdr_limit >= distance_rank(best[0]):
+            hurt.append((gpu, best, kept))
+    if hurt:
+        left_out = sorted({name for _, best, _ in hurt for name in best[1]} - chosen)
+        yield Finding(
+            "gpu-nic-far", Severity.WARNING,
+            f"NCCL_IB_HCA={spec} leaves out {', '.join(left_out)}, the NIC(s) next to "
+            f"{', '.join(g for g, _, _ in hurt)}; those GPUs reach their NIC only across "
+            f"{'/'.join(sorted({kept[0] for _, _, kept in hurt}))} without GPUDirect RDMA",
+            confidence=0.8,
+            evidence=[Evidence("env", f"NCCL_IB_HCA={spec}")] + [
+                Evidence(topo.get("source", SMI), f"{g}: {'/'.join(best[1])} = {best[0]}, selected "
+                                                  f"{'/'.join(kept[1])} = {kept[0]}") for g, best, kept in hurt],
+            fix=[f"Add {', '.join(left_out)} to NCCL_IB_HCA (or unset it to let NCCL pick the nearest NIC)."])
+
+
+# ---------------------------------------------------------------- InfiniBand / RoCE ports
+
+def check_ib_ports(facts: Facts, env: Env) -> Iterator[Finding]:
+    if not ib_in_use(env):
+        return
+    ports = list(selected_ports(facts, env))
+    down = [(d, n, p) for d, n, p in ports if not port_is_active(p)]
+    if not down:
+        return
+    none_left = len(down) == len(ports)
+    named = bool(env.get("NCCL_IB_HCA", "").strip())
+    for dev, num, p in down:
+        why = PHYS_MEANING.get(p.get("phys_state") or "", "")
+        if p.get("phys_state") == "LinkUp" and p.get("link_layer") != "InfiniBand":
+            why = ""
+        yield Finding(
+            "ib-port-down", Severity.ERROR if none_left or named else Severity.WARNING,
+            f"{dev} port {num} ({p.get('link_layer') or '?'}) is {p.get('state') or '?'}"
+            f", physical state {p.get('phys_state') or '?'}{': ' + why if why else ''}"
+            + ("; no active RDMA port is left, NCCL falls back to TCP sockets" if none_left else
+               "; NCCL skips it, and nodes can end up with different NIC counts"),
+            confidence=0.9,
+            evidence=[Evidence(f"{IB_SYSFS}/{dev}/ports/{num}",
+                               f"state={p.get('state_code')}: {p.get('state')}, "
+                               f"phys_state={p.get('phys_state_code')}: {p.get('phys_state')}")],
+            fix=[] if none_left else [f"Exclude it until fixed: export NCCL_IB_HCA=^{dev}:{num}"])
+
+
+def check_ib_rate(facts: Facts, env: Env) -> Iterator[Finding]:
+    """Active ports that trained below their peers of the same adapter type, or to a 1X width."""
+    if not ib_in_use(env):
+        return
+    active = [(d, n, p) for d, n, p in selected_ports(facts, env) if port_is_active(p) and p.get("rate_gbps")]
+    devices = part(facts, "ib_ports").get("devices", {})
+    groups: dict[tuple[Any, ...], list[tuple[str, str, dict[str, Any]]]] = {}
+    for dev, num, p in active:
+        adapter = devices[dev].get("hca_type") or devices[dev].get("board_id")
+        groups.setdefault((p.get("link_layer"), adapter), []).append((dev, num, p))
+    for members in groups.values():
+        expected = max(p["rate_gbps"] for _, _, p in members)
+        for dev, num, p in members:
+            narrow = p.get("link_layer") == "InfiniBand" and p.get("width") == "1X"
+            if p["rate_gbps"] < expected or narrow:
+                than = f", its peers at {expected:g} Gb/sec" if p["rate_gbps"] < expected else ", a single lane"
+                yield Finding(
+                    "ib-rate-degraded", Severity.WARNING, f"{dev} port {num} runs at {p.get('rate')}{than}",
+                    confidence=0.75,
+                    evidence=[Evidence(f"{IB_SYSFS}/{dev}/ports/{num}/rate", p.get("rate") or "")],
+                    fix=[f"Reseat or replace the cable/transceiver of {dev} port {num}; meanwhile "
+                         f"export NCCL_IB_HCA=^{dev}:{num}"])
+
+
+def check_ib_counters(facts: Facts, env: Env) -> Iterator[Finding]:
+    """Error counters that rose between two samples; without sampling, non-zero totals as info."""
+    if not ib_in_use(env):
+        return
+    table = knowledge()["ib"]
+    deltas = part(facts, "ib_counter_deltas")
+    if deltas:
+        known = table["counters"] | table["hw_counters"]
+        for port, grown in deltas.get("deltas", {}).items():
+            bad = {name: n for name, n in grown.items() if name in known}
+            if not bad:
+                continue
+            severity = Severity.INFO
+            for name in bad:
+                severity = worse(severity, Severity(known[name]["severity"]))
+            yield Finding(
+                "ib-link-errors", severity,
+                f"{port}: " + ", ".join(f"{name} +{n}" for name, n in bad.items())
+                + f" in {deltas['seconds']:g} s ({'; '.join(known[n]['meaning'] for n in bad)})",
+                confidence=0.85,
+                evidence=[Evidence(f"{IB_SYSFS}/{port.replace('/', '/ports/')}/"
+                                   f"{'hw_counters' if name in table['hw_counters'] else 'counters'}/{name}",
+                                   f"+{n} in {deltas['seconds']:g} s") for name, n in bad.items()],
+                fix=[f"Replace the cable/transceiver of {port}; exclude it meanwhile: "
+                     f"export NCCL_IB_HCA=^{port.replace('/', ':')}"])
+        return
+    for dev, num, p in selected_ports(facts, env):
+        nonzero = {name: p["counters"][name] for name in table["counters"] if p.get("counters", {}).get(name)}
+        if nonzero:
+            yield Finding(
+                "ib-link-errors", Severity.INFO,
+                f"{dev}/{num} error counters are non-zero since their last reset: "
+                + ", ".join(f"{k}={v}" for k, v in nonzero.items()) + "; sample them to see whether they rise",
+                confidence=0.4,
+                evidence=[Evidence(f"{IB_SYSFS}/{dev}/ports/{num}/counters/{k}", str(v)) for k, v in nonzero.items()],
+                fix=["Run `nccl-doctor topo --sample 30` to read the counters twice, 30 s apart."])
+
+
+def check_roce_gid(facts: Facts, env: Env) -> Iterator[Finding]:
+    if not ib_in_use(env):
+        return
+    wanted = env.get("NCCL_IB_GID_INDEX", "").strip()
+    for dev, num, p in selected_ports(facts, env):
+        if p.get("link_layer") != "Ethernet" or not port_is_active(p):
+            continue
+        gids = {g["index"]: g for g in p.get("gids", [])}
+        v2_ipv4 = sorted(i for i, g in gids.items() if g.get("type") == ROCE_V2 and g.get("ipv4"))
+        where = Evidence(f"{IB_SYSFS}/{dev}/ports/{num}/gids", "; ".join(
+            f"[{i}] {g.get('type')} {g.get('ipv4') or g['gid']}" for i, g in sorted(gids.items())) or "empty")
+        suggestion = [f"export NCCL_IB_GID_INDEX={i}  (RoCE v2, {gids[i]['ipv4']})" for i in v2_ipv4[:1]]
+        if wanted and wanted != "-1":
+            entry = gids.get(int(wanted)) if wanted.lstrip("-").isdigit() else None
+            if entry is None:
+                problem = f"NCCL_IB_GID_INDEX={wanted} names an empty GID slot on {dev} port {num}"
+                severity = Severity.ERROR
+            elif entry.get("type") != ROCE_V2 and v2_ipv4:
+                problem, severity = (f"NCCL_IB_GID_INDEX={wanted} on {dev} port {num} is {entry.get('type')}, "
+                                     "which does not route across IP subnets"), Severity.WARNING
+            elif not entry.get("ipv4") and v2_ipv4:
+                problem, severity = (f"NCCL_IB_GID_INDEX={wanted} on {dev} port {num} is a link-local IPv6 GID "
+                                     "while a routable IPv4 RoCE v2 GID exists"), Severity.WARNING
+            else:
+                continue
+            yield Finding("roce-gid-index", severity, problem, confidence=0.85,
+                          evidence=[Evidence("env", f"NCCL_IB_GID_INDEX={wanted}"), where], fix=suggestion)
+        elif not v2_ipv4:
+            yield Finding(
+                "roce-gid-index", Severity.WARNING,
+                f"RoCE port {dev} port {num} has no RoCE v2 GID with an IPv4 address: its net device has "
+                "no IPv4 address, so NCCL has no routable GID to pick",
+                confidence=0.7, evidence=[where],
+                fix=[f"Give the net device of {dev} an IPv4 address (`ip addr add ... dev "
+                     f"{next((g['ndev'] for g in gids.values() if g.get('ndev')), 'IFACE')}`), then check "
+                     "`show_gids`."])
+
+
+def check_ib_container(facts: Facts, env: Env) -> Iterator[Finding]:
+    ib = part(facts, "ib_ports")
+    if not ib.get("devices") or not ib_in_use(env):
+        return
+    dev = ib.get("dev_infiniband", {})
+    if dev.get("present") and dev.get("uverbs"):
+        return
+    yield Finding(
+        "ib-missing-in-container", Severity.ERROR if env.get("NCCL_IB_HCA") else Severity.WARNING,
+        f"{', '.join(ib['devices'])} listed in {IB_SYSFS} but "
+        + ("/dev/infiniband is missing" if not dev.get("present") else "/dev/infiniband has no uverbs device")
+        + ": NCCL cannot open the HCAs and uses TCP sockets between nodes",
+        confidence=0.8,
+        evidence=[Evidence("/dev/infiniband", "missing" if not dev.get("present") else "no uverbs*")])
+
+
+# ---------------------------------------------------------------- NVLink, NVSwitch, fabric manager
+
+def check_nvlink_links(facts: Facts, env: Env) -> Iterator[Finding]:
+    """Per NVML: GPUs with fewer active NVLinks than the best-connected GPU of the node."""
+    gpus = [g for g in part(facts, "gpu_health").get("gpus", []) if g.get("nvlink")]
+    if not gpus:
+        return
+    active = {g["index"]: sum(link["active"] for link in g["nvlink"]) for g in gpus}
+    most = max(active.values())
+    if most == 0:
+        if not part(facts, "fabric").get("nvswitch", {}).get("present"):  # with NVSwitches: check_fabric
+            yield Finding("nvlink-inactive", Severity.ERROR,
+                          "every NVLink of every GPU is inactive; GPU-to-GPU traffic falls back to PCIe",
+                          confidence=0.8,
+                          evidence=[Evidence("NVML", f"GPU{g['index']}: 0/{len(g['nvlink'])} links active")
+                                    for g in gpus])
+        return
+    for g in gpus:
+        if active[g["index"]] < most:
+            down = [str(link["link"]) for link in g["nvlink"] if not link["active"]]
+            yield Finding(
+                "nvlink-inactive", Severity.ERROR,
+                f"GPU{g['index']} has {active[g['index']]} active NVLinks, other GPUs {most}; inactive: link "
+                + ", ".join(down), confidence=0.85,
+                evidence=[Evidence("NVML", f"GPU{g['index']} {g.get('bus_id')}: links {', '.join(down)} inactive")],
+                fix=[f"`nvidia-smi nvlink --status -i {g['index']}`; drain the node and have GPU{g['index']} "
+                     "or its baseboard inspected."])
+
+
+def check_nvlink_matrix(facts: Facts, env: Env) -> Iterator[Finding]:
+    """Per the matrix, when NVML did not say: on a node whose GPU pairs are almost all NV<k>
+    (NVSwitch), pairs with fewer links or none."""
+    if part(facts, "gpu_health").get("gpus"):
+        return
+    topo = part(facts, "topology")
+    gpus = topo.get("gpus", [])
+    pairs = {(a, b): topo["matrix"].get(a, {}).get(b) for i, a in enumerate(gpus) for b in gpus[i + 1:]}
+    counts = Counter(cell for cell in pairs.values() if cell and cell.startswith("NV"))
+    if len(pairs) < 3 or not counts:
+        return
+    common, seen = counts.most_common(1)[0]
+    top = max(int(c[2:]) for c in counts)
+    if int(common[2:]) != top or seen < len(pairs) * 2 / 3:
+        return  # mixed meshes (DGX-1 cube mesh, NVLink bridges) are built that way
+    short = [(a, b, cell) for (a, b), cell in pairs.items() if cell and cell != common]
+    if short:
+        yield Finding(
+            "nvlink-inactive", Severity.WARNING,
+            f"{len(short)} GPU pair(s) have fewer NVLinks than the node's {common}: "
+            + ", ".join(f"{a}-{b} {cell}" for a, b, cell in short[:6]),
+            confidence=0.6, evidence=[Evidence(topo.get("source", SMI), f"{a} {b}: {cell} (others {common})")
+                                      for a, b, cell in short],
+            fix=["`nvidia-smi nvlink --status` on this node; drain it and have the links inspected."])
+
+
+def check_p2p_nvlink(facts: Facts, env: Env) -> Iterator[Finding]:
+    p2p = part(facts, "gpu_health").get("p2p", {})
+    matrix = part(facts, "topology").get("matrix", {})
+    for pair, status in p2p.items():
+        a, b = (f"GPU{i}" for i in pair.split("-"))
+        cell = matrix.get(a, {}).get(b, "")
+        if cell.startswith("NV") and status != "OK":
+            yield Finding(
+                "p2p-disabled-nvlink", Severity.ERROR,
+                f"{a} and {b} are connected by {cell} but NVML reports peer access {status}",
+                confidence=0.85, evidence=[Evidence("NVML", f"P2P read {a}->{b}: {status}"),
+                                           Evidence(part(facts, 'topology').get('source', SMI), f"{a} {b}: {cell}")])
+
+
+def fabric_not_ready(state: Mapping[str, Any]) -> str | None:
+    """Why NVML's fabric state for one GPU is not usable, or None when it is."""
+    if state["state"] in ("not_started", "in_progress"):
+        return state["state"]
+    if state["state"] == "completed" and state["status"] != 0:
+        return f"completed with status {state['status']}"
+    return None
+
+
+def check_fabric(facts: Facts, env: Env) -> Iterator[Finding]:
+    fabric = part(facts, "fabric")
+    states = fabric.get("gpu_fabric_state", {})
+    process, service = fabric.get("fabric_manager_process"), fabric.get("fabric_manager_service")
+    bad = {gpu: why for gpu, s in states.items() if (why := fabric_not_ready(s))}
+    if bad:
+        manager = "" if process is None else f"; nv-fabricmanager {'running' if process else 'not running'}"
+        yield Finding(
+            "fabric-manager", Severity.ERROR,
+            f"NVSwitch fabric not ready on {', '.join(bad)} ({', '.join(sorted(set(bad.values())))}){manager}: "
+            "NVLink and NVLS setup fail (CUDA 'system not yet initialized')",
+            confidence=0.9,
+            evidence=[Evidence("NVML fabric info", f"{gpu}: {why}") for gpu, why in bad.items()])
+        return
+    switch = fabric.get("nvswitch", {})
+    if states or not switch.get("present") or process is not False or service not in (None, "inactive", "failed"):
+        return  # NVML says the fabric is fine (the manager may run outside this container), or no NVSwitch
+    where = " (service " + service + ")" if service else " (no systemd to ask: in a container it runs on the host)"
+    yield Finding(
+        "fabric-manager", Severity.ERROR if service else Severity.WARNING,
+        f"this node has NVSwitches but no nvidia-fabricmanager is running{where}",
+        confidence=0.85 if service else 0.5,
+        evidence=[Evidence("sysfs/dev", "NVSwitch: " + ", ".join(
+            switch.get("pci") or switch.get("driver_devices") or switch.get("dev_nodes")))])
+
+
+# ---------------------------------------------------------------- GPU health
+
+def gpus_of(facts: Facts) -> list[dict[str, Any]]:
+    return part(facts, "gpu_health").get("gpus", [])
+
+
+def check_throttling(facts: Facts, env: Env) -> Iterator[Finding]:
+    severity_of = {r["name"]: r["severity"] for r in knowledge()["gpu"]["throttle"]}
+    margin = knowledge()["gpu"]["hot_margin_c"]
+    for g in gpus_of(facts):
+        slowing = [name for name in g.get("throttle", []) if severity_of.get(name) == "warning"]
+        temp, limit = g.get("temperature_c"), g.get("slowdown_temp_c")
+        hot = temp is not None and limit and temp >= limit - margin
+        if slowing or hot:
+            what = []
+            if slowing:
+                what.append("clocks held down by " + ", ".join(slowing))
+            if hot:
+                what.append(f"{temp} C, slowdown at {limit} C")
+            yield Finding(
+                "gpu-throttling", Severity.WARNING, f"GPU{g['index']} ({g.get('bus_id')}): {'; '.join(what)}",
+                confidence=0.8,
+                evidence=[Evidence("NVML", f"GPU{g['index']}: clock event reasons {g.get('clock_event_reasons')}, "
+                                           f"temperature {temp} C")])
+
+
+def check_ecc(facts: Facts, env: Env) -> Iterator[Finding]:
+    for g in gpus_of(facts):
+        ecc, rows, pages = g.get("ecc") or {}, g.get("remapped_rows") or {}, g.get("retired_pages") or {}
+        errors, warnings = [], []
+        if ecc.get("volatile_uncorrected"):
+            errors.append(f"{ecc['volatile_uncorrected']} uncorrectable ECC errors since the driver loaded")
+        if rows.get("failure"):
+            errors.append("row remapping failed (no spare rows left)")
+        if rows.get("pending"):
+            warnings.append("row remapping pending until the GPU is reset")
+        if pages.get("pending"):
+            warnings.append("page retirement pending until the GPU is reset")
+        if not errors and not warnings and ecc.get("aggregate_uncorrected"):
+            yield Finding("gpu-ecc", Severity.INFO, f"GPU{g['index']}: {ecc['aggregate_uncorrected']} uncorrectable "
+                          "ECC errors over its lifetime, none since the driver loaded", confidence=0.5,
+                          evidence=[Evidence("NVML", f"GPU{g['index']}: aggregate uncorrected ECC "
+                                                     f"{ecc['aggregate_uncorrected']}")])
+            continue
+        if errors or warnings:
+            yield Finding(
+                "gpu-ecc", Severity.ERROR if errors else Severity.WARNING,
+                f"GPU{g['index']} ({g.get('bus_id')}): " + "; ".join(errors + warnings), confidence=0.9,
+                evidence=[Evidence("NVML", f"GPU{g['index']}: ecc {ecc}, remapped rows {rows}, retired pages {pages}")],
+                fix=[f"Reset the GPU (`nvidia-smi -r -i {g['index']}` with no processes on it) or reboot; "
+                     "replace it if uncorrectable errors return."])
+
+
+def check_xid(facts: Facts, env: Env) -> Iterator[Finding]:
+    xid = part(facts, "xid")
+    if not xid.get("events"):
+        return
+    table = {x["code"]: x for x in knowledge()["xid"]}
+    by_bus = {g.get("bus_id"): f"GPU{g['index']}" for g in gpus_of(facts)}
+    by_bus |= {b: label for label, b in part(facts, "topology").get("bus_ids", {}).items()}
+    groups: dict[tuple[str | None, int], list[dict[str, Any]]] = {}
+    for event in xid["events"]:
+        groups.setdefault((event["bus_id"], event["xid"]), []).append(event)
+    old = not xid.get("since_boot")
+    for (bus, code), events in groups.items():
+        known = table.get(code, {"meaning": "unlisted Xid", "severity": "warning"})
+        severity = Severity(known["severity"])
+        if old and severity != Severity.INFO:
+            severity = Severity.WARNING  # from a syslog file: may predate the last reboot
+        gpu = by_bus.get(bus, f"GPU at {bus}")
+        yield Finding(
+            "gpu-xid", severity,
+            f"{gpu}: Xid {code} ({known['meaning']}) x{len(events)} "
+            + ("in the kernel log (possibly before the last reboot)" if old else "since boot"),
+            confidence=0.9 if not old else 0.6,
+            evidence=[Evidence(e["source"], e["text"], e["line"]) for e in events[-3:]])
+
+
+def check_pcie(facts: Facts, env: Env) -> Iterator[Finding]:
+    nvml_gpus = gpus_of(facts)
+    for g in nvml_gpus:
+        yield from pcie_finding(f"GPU{g['index']} ({g.get('bus_id')})", g.get("pcie") or {}, "NVML",
+                                check_gen="GpuIdle" not in g.get("throttle", []))
+    labels = {b: label for label, b in part(facts, "topology").get("bus_ids", {}).items()}
+    for bdf, d in part(facts, "pci").get("devices", {}).items():
+        if d["kind"] == "nic":
+            name = f"{d.get('rdma')} ({bdf})"
+        elif d["kind"] == "gpu" and not nvml_gpus:
+            name = f"{labels.get(bdf, 'GPU')} ({bdf})"
+        else:
+            continue
+        yield from pcie_finding(name, d.get("link") or {}, f"/sys/bus/pci/devices/{bdf}",
+                                check_gen=d["kind"] == "nic")  # idle GPUs lower their generation to save power
+
+
+def pcie_finding(name: str, link: Mapping[str, Any], source: str, check_gen: bool) -> Iterator[Finding]:
+    narrow = link.get("width") and link.get("max_width") and link["width"] < link["max_width"]
+    slow = check_gen and link.get("gen") and link.get("max_gen") and link["gen"] < link["max_gen"]
+    if narrow or slow:
+        yield Finding(
+            "pcie-degraded", Severity.WARNING,
+            f"{name} PCIe link runs at Gen{link.get('gen')} x{link.get('width')}, "
+            f"capable of Gen{link.get('max_gen')} x{link.get('max_width')}",
+            confidence=0.75 if narrow else 0.6,
+            evidence=[Evidence(source, f"current Gen{link.get('gen')} x{link.get('width')}, "
+                                       f"max Gen{link.get('max_gen')} x{link.get('max_width')}")])
+
+
+def check_acs_iommu(facts: Facts, env: Env) -> Iterator[Finding]:
+    gpus = {b: d for b, d in part(facts, "pci").get("devices", {}).items() if d["kind"] == "gpu"}
+    if len(gpus) < 2:
+        return
+    redirects = {bridge: flags for d in gpus.values() for bridge, flags in d.get("acs_redirect", {}).items()}
+    if redirects:
+        yield Finding(
+            "p2p-acs-iommu", Severity.WARNING,
+            f"ACS redirects peer-to-peer traffic on {len(redirects)} PCIe switch port(s) above the GPUs: "
+            "GPU P2P and GPUDirect RDMA go through the root complex, slowly or not at all",
+            confidence=0.8,
+            evidence=[Evidence(f"/sys/bus/pci/devices/{b}/config", "ACSCtl " + ", ".join(f) + " on")
+                      for b, f in redirects.items()],
+            fix=["Disable ACS on the switch ports (BIOS, or `setpci -s BDF ECAP_ACS+0x6.w=0000` at boot) as "
+                 "NVIDIA's NCCL troubleshooting guide describes."])
+    translating = set(knowledge()["pcie"]["iommu_translating"])
+    remapped = {b: d["iommu_group_type"] for b, d in gpus.items() if d.get("iommu_group_type") in translating}
+    matrix = part(facts, "topology").get("matrix", {})
+    all_nvlink = bool(matrix) and all(cell.startswith("NV") for row, cells in matrix.items() if row.startswith("GPU")
+                                      for col, cell in cells.items() if col.startswith("GPU"))
+    if remapped and not all_nvlink:
+        yield Finding(
+            "p2p-acs-iommu", Severity.WARNING,
+            f"the IOMMU translates DMA for {len(remapped)} GPU(s) (group type "
+            f"{'/'.join(sorted(set(remapped.values())))}): PCIe peer-to-peer between GPUs can hang or crawl",
+            confidence=0.55,
+            evidence=[Evidence(f"/sys/bus/pci/devices/{b}/iommu_group/type", t) for b, t in remapped.items()],
+            fix=["Boot with `iommu=pt` (or disable VT-d/AMD-Vi in the BIOS) on bare metal."])
+
+
+CHECKS: list[Check] = [
+    check_fabric, check_nvlink_links, check_nvlink_matrix, check_p2p_nvlink,
+    check_xid, check_ecc, check_throttling, check_pcie, check_acs_iommu,
+    check_ib_container, check_ib_hca, check_ib_ports, check_ib_rate, check_ib_counters, check_roce_gid,
+    check_gpu_nic_far,
+]
+
+
+def judge(facts: Facts, env: Env | None = None, host: str | None = None) -> list[Finding]:
+    """Every hardware finding for these facts (probe.hardware.hardware_facts()) under this NCCL environment."""
+    env = env if env is not None else {}
+    findings = [finding for check in CHECKS for finding in check(facts, env)]
+    if host:
+        for finding in findings:
+            finding.hosts.append(host)
+    return findings

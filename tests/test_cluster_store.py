@@ -1,0 +1,95 @@
+"""The store exchange: JSON steps, bounded waits, and why a store cannot be reached or hosted."""
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("torch.distributed")
+
+from nccl_doctor.cluster.store import (Exchange, PortInUse, StoreUnreachable, client, connect, prefixed,
+                                       probe_endpoint, serve)
+
+
+@pytest.fixture
+def server():
+    store = serve(0, timeout=10)
+    yield store
+    del store
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_gather_returns_results_and_names_the_missing(server):
+    judge = Exchange(prefixed(server, "t/"))
+    ranks = [Exchange(prefixed(client("127.0.0.1", server.port, 10), "t/")) for _ in range(3)]
+    for r in (0, 2):
+        ranks[r].publish("step", r, {"rank": r, "text": "é"})
+    started = time.monotonic()
+    got = judge.gather("step", 3, deadline=time.monotonic() + 0.5)
+    assert 0.5 <= time.monotonic() - started < 3
+    assert got.results == {0: {"rank": 0, "text": "é"}, 2: {"rank": 2, "text": "é"}} and got.missing == [1]
+    judge.decide("step", {"next": None})
+    assert ranks[1].verdict("step", timeout=1) == {"next": None}
+
+
+def test_gather_stops_as_soon_as_everyone_published(server):
+    judge = Exchange(server)
+
+    def late() -> None:
+        time.sleep(0.3)
+        Exchange(client("127.0.0.1", server.port, 10)).publish("s", 1, {})
+
+    Exchange(server).publish("s", 0, {})
+    threading.Thread(target=late).start()
+    started = time.monotonic()
+    got = judge.gather("s", 2, deadline=time.monotonic() + 10)
+    assert got.missing == [] and time.monotonic() - started < 2
+
+
+def test_gather_gives_up_when_told(server):
+    got = Exchange(server).gather("s", 2, deadline=time.monotonic() + 30, give_up=lambda missing: missing == [0, 1])
+    assert got.missing == [0, 1]
+
+
+def test_verdict_wait_is_bounded(server):
+    started = time.monotonic()
+    with pytest.raises(Exception):
+        Exchange(server).verdict("never", timeout=0.3)
+    assert time.monotonic() - started < 3
+
+
+def test_refused_is_told_apart_and_the_deadline_holds():
+    port = free_port()
+    assert probe_endpoint("127.0.0.1", port, 1).startswith("connection refused")
+    started = time.monotonic()
+    with pytest.raises(StoreUnreachable) as exc:
+        connect("127.0.0.1", port, deadline=time.monotonic() + 1.5)
+    assert exc.value.reason.startswith("connection refused")
+    assert time.monotonic() - started < 4
+
+
+def test_a_port_that_is_not_a_store():
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        with pytest.raises(StoreUnreachable) as exc:
+            connect("127.0.0.1", other.getsockname()[1], deadline=time.monotonic() + 2)
+    assert "not a c10d store" in exc.value.reason
+
+
+def test_port_in_use_names_the_holder():
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(PortInUse) as exc:
+            serve(port, timeout=2)
+    assert exc.value.port == port
+    assert exc.value.holder is None or str(os.getpid()) in exc.value.holder

@@ -1,0 +1,87 @@
+"""The signature catalog is data: every category covered, every cause real, every example matched by every engine."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from nccl_doctor.catalog import categories, causes
+from nccl_doctor.logs.engine import PortableEngine, make_engine
+from nccl_doctor.logs.signatures import (
+    grep_expression,
+    hyperscan_expression,
+    required_literals,
+    signatures,
+)
+
+SIGS = signatures()
+
+
+def test_every_category_has_a_signature():
+    covered = {causes()[s.cause].category for s in SIGS if s.cause}
+    assert set(categories()) - covered == set()
+
+
+def test_error_signatures_name_existing_causes():
+    for s in SIGS:
+        if s.role in ("root", "generic", "echo", "timeout"):
+            assert s.cause in causes(), s.id
+        if s.role == "fact":
+            assert s.fact, s.id
+        if s.role == "hint":
+            assert s.hint, s.id
+
+
+@pytest.mark.parametrize("sig", SIGS, ids=[s.id for s in SIGS])
+def test_example_matches_its_pattern(sig):
+    assert sig.match(sig.example) is not None
+
+
+@pytest.mark.parametrize("sig", SIGS, ids=[s.id for s in SIGS])
+def test_literals_are_in_the_example(sig):
+    assert sig.literals, f"{sig.id}: no pre-filter literal; add `literal` to the catalog"
+    example = sig.example.lower() if sig.caseless else sig.example
+    assert any(lit in example for lit in sig.literals)
+    assert min(len(lit) for lit in sig.literals) >= 2
+
+
+@pytest.mark.parametrize("engine", ["hyperscan", "portable"])
+def test_engines_report_every_example(engine):
+    pytest.importorskip("hyperscan") if engine == "hyperscan" else None
+    sigs = [s for s in SIGS if s.scope == "all"]
+    eng = make_engine(sigs, engine)
+    for s in sigs:
+        data = ("unrelated line\n" + s.example + "\nanother line\n").encode()
+        hits = eng.scan(data)
+        lines = {data[a:b].decode(): ids for a, b, ids in hits}
+        assert s.index in lines.get(s.example, []), f"{engine} misses {s.id}"
+
+
+def test_portable_engine_does_not_report_plain_lines():
+    eng = PortableEngine([s for s in SIGS if s.scope == "all"])
+    assert eng.scan(b"epoch 3 step 100 loss 1.234\n\n" * 50) == []
+
+
+def test_required_literals():
+    assert required_literals(r"Bootstrap ?: no socket interface found") == (": no socket interface found",)
+    assert set(required_literals(r"(?:foo bar|baz qux) \d+")) == {"foo bar", "baz qux"}
+    assert required_literals(r"(?i)Fabric Manager") == ("fabric manager",)
+    assert required_literals(r"\d+|x") == ()
+
+
+def test_hyperscan_expression_drops_named_groups_and_tails():
+    assert hyperscan_expression(r"Call to (?P<call>\S+) failed: (?P<err>.*)") == r"Call to (?:\S+) failed: "
+    assert hyperscan_expression(r"a(?P<x>b)c") == "a(?:b)c"
+
+
+@pytest.mark.skipif(shutil.which("grep") is None, reason="grep not installed")
+def test_grep_expressions_match_examples():
+    for s in SIGS:
+        expr = grep_expression(s.pattern)
+        example = s.example
+        proc = subprocess.run(["grep", "-c", "-E", "-i" if s.caseless else "-e", expr] if s.caseless
+                              else ["grep", "-c", "-E", "-e", expr], input=example, capture_output=True, text=True)
+        assert proc.returncode in (0, 1), (s.id, proc.stderr)
+        assert proc.stdout.strip() == "1", f"grep -E misses {s.id}: {expr}"

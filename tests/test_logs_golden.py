@@ -1,0 +1,105 @@
+"""Golden cases: real logs from public issue threads (truth.json from the thread) and synthetic multi-rank logs.
+
+The primary finding's category must be the case's category; where the truth names culprit ranks or hosts,
+the primary finding must name them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nccl_doctor.logs import diagnose_paths
+
+FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "logs"
+
+
+def _cases(*roots: Path) -> list[Path]:
+    found = []
+    for root in roots:
+        if root.is_dir():
+            found += sorted(p.parent for p in root.glob("*/truth.json"))
+    return found
+
+
+REAL = _cases(FIXTURES / "shared", FIXTURES / "public")
+SYNTHETIC = _cases(FIXTURES / "synthetic")
+# ../shared/logs, when present, may hold cases added after the fixtures were copied
+NEW_SHARED = [c for c in _cases(SHARED) if not (FIXTURES / "shared" / c.name).exists()]
+
+
+def _inputs(case: Path) -> list[str]:
+    return [str(p) for p in sorted(case.iterdir()) if p.name != "truth.json"]
+
+
+def _check(case: Path, engine: str | None = None) -> None:
+    truth = json.loads((case / "truth.json").read_text())
+    report = diagnose_paths(_inputs(case), engine=engine)
+    findings = report.ordered()
+    if truth["category"] is None:
+        assert findings == [], [f.cause for f in findings]
+        return
+    assert findings, f"{case.name}: nothing found"
+    primary = findings[0]
+    got = [f"{f.category}/{f.cause}" for f in findings]
+    assert primary.category == truth["category"], f"{case.name}: {got}"
+    if truth.get("cause"):
+        assert primary.cause == truth["cause"], f"{case.name}: {got}"
+    for rank in truth.get("culprit_ranks", []):
+        assert rank in primary.ranks, f"{case.name}: culprit rank {rank} not named ({primary.ranks})"
+    for host in truth.get("culprit_hosts", []):
+        assert host in primary.hosts, f"{case.name}: culprit host {host} not named ({primary.hosts})"
+
+
+@pytest.mark.parametrize("case", REAL, ids=[c.name for c in REAL])
+def test_real_logs(case):
+    _check(case)
+
+
+@pytest.mark.parametrize("case", SYNTHETIC, ids=[c.name for c in SYNTHETIC])
+def test_synthetic_logs(case):
+    _check(case)
+
+
+@pytest.mark.parametrize("case", SYNTHETIC + REAL[:8], ids=[c.name for c in SYNTHETIC + REAL[:8]])
+def test_portable_engine_agrees(case):
+    _check(case, engine="portable")
+
+
+@pytest.mark.parametrize("case", NEW_SHARED, ids=[c.name for c in NEW_SHARED])
+def test_new_shared_logs(case):
+    _check(case)
+
+
+def test_fixture_copy_is_complete():
+    assert len(_cases(FIXTURES / "shared")) >= 25
+
+
+def test_echoes_fold_under_the_root_cause():
+    report = diagnose_paths([str(FIXTURES / "synthetic" / "echo-suppression-oom")])
+    primary, *rest = report.ordered()
+    assert primary.cause == "cuda-oom"
+    assert "rank-died" in [s.cause for s in primary.secondary]
+    assert all(f.cause != "rank-died" for f in rest)
+
+
+def test_version_mismatch_names_both_versions():
+    report = diagnose_paths([str(FIXTURES / "synthetic" / "version-mismatch-hosts")])
+    primary = report.ordered()[0]
+    assert "2.18.1" in primary.message and "2.21.5" in primary.message
+    hosts = report.facts["hosts"]
+    assert hosts["hpc-a01"]["nccl_version"] == ["2.18.1"]
+    assert hosts["hpc-a02"]["nccl_version"] == ["2.21.5"]
+
+
+def test_per_rank_table_names_the_silent_rank():
+    report = diagnose_paths([str(FIXTURES / "synthetic" / "timeout-silent-rank")])
+    rows = {r["rank"]: r for r in report.facts["ranks"]}
+    assert set(rows) == set(range(8))
+    assert rows[5]["state"] != "timed out" and rows[4]["state"] == "timed out"
+    assert rows[4]["last_collective"] == "ALLREDUCE #81"
+    assert rows[5]["host"] == "node1"
+    assert "Loading next shard" in rows[5]["last_line"]["text"]

@@ -1,0 +1,173 @@
+"""Reading: layouts, compressions, stdin, line attribution, and bad input that must never stop the analysis."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import json
+import lzma
+import os
+from pathlib import Path
+
+import pytest
+
+from nccl_doctor.logs import collect_paths, diagnose_paths, diagnose_text
+from nccl_doctor.logs.attribution import attribute, rank_from_path
+from nccl_doctor.logs.sources import ReadStats, iter_chunks
+from nccl_doctor.model import InputError
+
+SHM_LINE = "node-1:41588:41837 [0] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device\n"
+FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+
+
+# ---------------------------------------------------------------- attribution
+
+@pytest.mark.parametrize("line, rank, host, pid", [
+    ("[rank3]:[E709 17:05:38.162555850 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught", 3, None, None),
+    ("[default5]:node-2:1234:1290 [5] NCCL INFO Using network IB", 5, "node-2", 1234),
+    ("12: node-7:77:78 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.7<0>", 12, "node-7", 77),
+    ("[1,50]<stderr>:[compute-7:21766] Signal: Segmentation fault (11)", 50, None, None),
+    ("[trainer0|0]:ncclInternalError: Internal check failed.", 0, None, None),
+    ("(RayWorkerVllm pid=5085) [E ProcessGroupNCCL.cpp:475] [Rank 4] Watchdog caught", 4, None, 5085),
+    ("[PG ID 1 PG GUID 1(pp) Rank 9] Process group watchdog thread terminated", 9, None, None),
+    ("[E ProcessGroupNCCL.cpp:485] [PG 0 Rank 25] Heartbeat monitor timed out!", 25, None, None),
+    ("2024-05-01T10:00:00.123Z node-3:55:56 [2] NCCL INFO NET/IB : No device found.", None, "node-3", 55),
+    ("[2025-03-14 02:00:00] gpu-node04:20037:20046 [5] transport/net_ib.cc:1696 NCCL WARN NET/IB", None, "gpu-node04", 20037),
+    ("fengyun: Test NCCL failure common.cu:959 'internal error'", None, "fengyun", None),
+])
+def test_attribution(line, rank, host, pid):
+    info = attribute(line)
+    assert (info.rank, info.host, info.pid) == (rank, host, pid)
+
+
+def test_timestamps_are_read():
+    iso = attribute("[2025-03-14 02:00:04] h:1:2 [0] misc/socket.cc:50 NCCL WARN x")
+    glog = attribute("[rank1]:[E0314 00:16:43.000000000 ProcessGroupNCCL.cpp:1] y")
+    assert iso.ts_kind == "iso" and iso.ts is not None
+    assert glog.ts_kind == "glog" and glog.ts is not None
+
+
+@pytest.mark.parametrize("path, rank", [
+    ("logs/rank-3.log", 3), ("logs/rank_12.txt.gz", 12), ("job.7.err", 7), ("out/worker-2.log", 2),
+    ("/tmp/nccl_trace_rank_5", 5), ("run/abc_1/attempt_0/4/stderr.log", 4), ("train.log", None),
+])
+def test_rank_from_path(path, rank):
+    assert rank_from_path(path) == rank
+
+
+# ---------------------------------------------------------------- layouts and compression
+
+def test_directory_of_compressed_per_rank_files(tmp_path):
+    (tmp_path / "rank-0.log.gz").write_bytes(gzip.compress(b"hello\n"))
+    (tmp_path / "rank-1.log.bz2").write_bytes(bz2.compress(SHM_LINE.encode()))
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "rank-2.log.xz").write_bytes(lzma.compress(SHM_LINE.encode()))
+    report = diagnose_paths([str(tmp_path)])
+    primary = report.ordered()[0]
+    assert primary.cause == "shm-too-small"
+    assert set(primary.ranks) == {1, 2}
+    assert len(report.facts["inputs"]["read"]) == 3
+
+
+def test_glob_and_stdin(tmp_path, monkeypatch):
+    (tmp_path / "a.log").write_text(SHM_LINE)
+    assert diagnose_paths([str(tmp_path / "*.log")]).ordered()[0].cause == "shm-too-small"
+    fake = io.TextIOWrapper(io.BytesIO(SHM_LINE.encode()))
+    monkeypatch.setattr("sys.stdin", fake)
+    assert diagnose_paths(["-"]).ordered()[0].cause == "shm-too-small"
+
+
+def test_diagnose_text_classifies_exception_strings():
+    text = ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, "
+            "invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.20.5\n"
+            "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\nLast error:\n"
+            "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 10")
+    findings = diagnose_text(text, "rank1.stderr")
+    assert findings[0].cause == "duplicate-gpu"
+    assert findings[0].evidence[0].source == "rank1.stderr"
+    assert diagnose_text("all good, loss 0.1") == []
+
+
+# ---------------------------------------------------------------- bad input
+
+def test_long_line_is_cut_and_counted():
+    data = b"a" * 300_000 + b"\n" + SHM_LINE.encode()
+    stats = ReadStats()
+    chunks = list(iter_chunks(io.BytesIO(data), stats, chunk_size=4096, max_line=1000))
+    text = b"".join(c.data for c in chunks)
+    assert stats.truncated_lines == 1
+    assert text.split(b"\n")[1] == SHM_LINE.encode().rstrip(b"\n")
+    assert chunks[-1].first_line + chunks[-1].data.count(b"\n") - 1 == 2
+
+
+def test_100mb_line_without_newline(tmp_path):
+    big = tmp_path / "huge.log"
+    with open(big, "wb") as fh:
+        block = b"x" * (1 << 20)
+        for _ in range(100):
+            fh.write(block)
+    (tmp_path / "rank-1.log").write_text(SHM_LINE)
+    report = diagnose_paths([str(big), str(tmp_path / "rank-1.log")])
+    assert report.ordered()[0].cause == "shm-too-small"
+    assert any("longer than 64 KiB" in p for p in report.facts["inputs"]["problems"])
+
+
+def test_bad_inputs_are_reported_and_the_rest_is_analysed(tmp_path):
+    (tmp_path / "good.log").write_text(SHM_LINE)
+    (tmp_path / "empty.log").write_text("")
+    (tmp_path / "binary.bin").write_bytes(bytes(range(256)) * 64)
+    (tmp_path / "latin1.log").write_bytes("Fehler: \xe4\xf6\xfc \xff\xfe\n".encode("latin-1") + SHM_LINE.encode())
+    (tmp_path / "cut.log.gz").write_bytes(gzip.compress(SHM_LINE.encode() * 2000)[:300])
+    loop = tmp_path / "loop"
+    loop.mkdir()
+    os.symlink(str(loop), str(loop / "again"))
+    os.symlink(str(tmp_path / "nowhere"), str(tmp_path / "dangling.log"))
+    report = diagnose_paths([str(tmp_path), str(tmp_path / "missing.log")])
+    problems = report.facts["inputs"]["problems"]
+    joined = "\n".join(problems)
+    assert "missing.log: no such file" in joined
+    assert "empty.log: empty" in joined
+    assert "binary.bin: binary file" in joined
+    assert "cut.log.gz: compressed data ends early" in joined
+    assert "symbolic link loop" in joined
+    assert "dangling.log: broken symbolic link" in joined
+    assert all("\n" not in p for p in problems)
+    assert report.ordered()[0].cause == "shm-too-small"
+    assert str(tmp_path / "latin1.log") in report.facts["inputs"]["read"]
+
+
+def test_unreadable_file(tmp_path, monkeypatch):
+    (tmp_path / "secret.log").write_text(SHM_LINE)
+    (tmp_path / "ok.log").write_text(SHM_LINE)
+    real_open = open
+
+    def fake_open(path, *args, **kwargs):
+        if str(path).endswith("secret.log"):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    col = collect_paths([str(tmp_path)])
+    assert any("secret.log: cannot read (Permission denied)" in p for p in col.problems)
+    assert len(col.sources_read) == 1
+
+
+def test_nothing_readable_is_an_input_error(tmp_path):
+    (tmp_path / "empty.log").write_text("")
+    with pytest.raises(InputError, match="nothing could be read"):
+        diagnose_paths([str(tmp_path / "empty.log"), str(tmp_path / "missing")])
+
+
+def test_memory_is_bounded_for_many_matches(tmp_path):
+    """Events are capped per signature and process: a log of a million echoes stays small."""
+    line = "[rank1]:node:1:2 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer x<1>\n"
+    (tmp_path / "echo.log").write_text(line * 20000)
+    col = collect_paths([str(tmp_path / "echo.log")])
+    assert len(col.events) <= 10
+    assert col.dropped_events > 19000
+
+
+def test_json_fields_are_serialisable(tmp_path):
+    (tmp_path / "a.log").write_text(SHM_LINE)
+    json.dumps(diagnose_paths([str(tmp_path)]).to_json())

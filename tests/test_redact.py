@@ -1,0 +1,107 @@
+"""Secrets never leave the host: redaction by name and by value, with real-world variable names and value shapes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nccl_doctor.probe.environment import REDACTED, redact, relevant, relevant_env, secret_name
+
+SECRET_NAMES = [
+    "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+    "AWS_ACCESS_KEY_ID", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GITHUB_TOKEN", "GH_TOKEN", "GITLAB_PRIVATE_TOKEN",
+    "CI_JOB_TOKEN", "DB_PASSWORD", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN", "NEPTUNE_API_TOKEN",
+    "COMET_API_KEY", "AZURE_STORAGE_KEY", "AZURE_STORAGE_CONNECTION_STRING", "AZURE_CLIENT_SECRET",
+    "AZURE_STORAGE_SAS_TOKEN", "GOOGLE_APPLICATION_CREDENTIALS", "GCP_SERVICE_ACCOUNT_KEY", "SLACK_WEBHOOK_URL",
+    "DOCKER_PASSWORD", "REGISTRY_AUTH", "NGC_API_KEY", "NGC_CLI_API_KEY", "PGPASSWORD", "MYSQL_PWD", "REDIS_PASSWD",
+    "SECRET_KEY", "DJANGO_SECRET_KEY", "JWT_SECRET", "SESSION_COOKIE", "PRIVATE_KEY", "SSH_PRIVATE_KEY",
+    "KAGGLE_KEY", "REPLICATE_API_TOKEN", "COHERE_API_KEY", "PINECONE_API_KEY", "TORCH_HUB_TOKEN",
+    "NCCL_SECRET_SAUCE_TOKEN", "SLURM_JOB_CREDENTIALS", "MASTER_PASSWORD", "GLOO_AUTH_KEY",
+]
+
+NOT_SECRET_NAMES = [
+    "NCCL_IB_PKEY", "NCCL_DEBUG", "NCCL_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "PWD", "OLDPWD",
+    "SSH_AUTH_SOCK", "GLOO_DEVICE_TRANSPORT_TCP_TLS_PKEY", "CUDA_VISIBLE_DEVICES", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "SLURM_JOB_ID", "KEYBOARD", "MONKEY_LEVEL",
+]
+
+SECRET_VALUES = [
+    "AKIAIOSFODNN7EXAMPLE",  # AWS access key id (AWS docs example)
+    "ASIAY34FZKBOKMUTVV7A",
+    "hf_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
+    "ghp_1234567890abcdefghijABCDEFGHIJ123456",
+    "github_pat_11ABCDEFG0abcdefghijkl_mnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUV",
+    "glpat-xxxxxxxxxxxxxxxxxxxx",
+    "sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "sk-ant-api03-abcdefghijklmnopqrstuvwxyz012345",
+    "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+    "AIzaSyD-1234567890abcdefghijklmnopqrstu",
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "0123456789abcdef0123456789abcdef01234567",  # a W&B API key: 40 hex characters
+    "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",  # AWS secret key shape (AWS docs example)
+    "-----BEGIN RSA PRIVATE KEY-----MIIEpAIBAAKCAQEA",
+    "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=Zm9vYmFyYmF6cXV4;EndpointSuffix=core.windows.net",
+    "https://example.blob.core.windows.net/c/f?sv=2021-06-08&sig=AbCdEf0123456789%2BxyZ",
+]
+
+
+@pytest.mark.parametrize("name", SECRET_NAMES)
+def test_secret_names_are_redacted(name):
+    assert secret_name(name)
+    assert redact(name, "plain-looking-value") == REDACTED
+
+
+@pytest.mark.parametrize("name", NOT_SECRET_NAMES)
+def test_ordinary_names_keep_their_value(name):
+    assert not secret_name(name)
+    assert redact(name, "eth0") == "eth0"
+
+
+@pytest.mark.parametrize("value", SECRET_VALUES)
+def test_secret_looking_values_are_redacted_under_any_name(value):
+    shown = redact("NCCL_SOME_SETTING", value)
+    assert REDACTED in shown
+    for chunk in ("IOSFODNN7", "aBcDeFgHiJ", "1234567890abcdefghij", "xxxxxxxxxxxx", "AbCdEfGhIjKl", "abcdefghijklmnop",
+                  "dozjgNryP4J3jVmNHl0w5N", "0123456789abcdef0123", "K7MDENG", "MIIEpAIBAAKCAQEA", "Zm9vYmFyYmF6cXV4",
+                  "AbCdEf0123456789"):
+        if chunk in value:
+            assert chunk not in shown, (value, shown)
+
+
+def test_url_credentials_keep_the_host():
+    shown = redact("MASTER_ADDR", "postgres://trainer:hunter2@db.internal:5432/runs")
+    assert "hunter2" not in shown and "trainer" not in shown and "db.internal:5432/runs" in shown
+
+
+@pytest.mark.parametrize("value", [
+    "eth0", "^docker,lo", "mlx5_0:1,mlx5_1:1", "INFO", "/usr/local/cuda/lib64:/opt/nccl/lib", "10.1.0.11",
+    "GPU-0a1b2c3d-1234-5678-9abc-def012345678", "/tmp/nccl_trace_rank_", "node[001-064]", "8(x2)",
+    "/nix/store/q3ixs7b6ydzbvw1kf8mdwn1h5lqb5yvc-python3/lib", "ring,collnetdirect;allreduce:tree",
+])
+def test_ordinary_values_are_untouched(value):
+    assert redact("NCCL_X", value) == value
+
+
+def test_only_relevant_variables_are_shown():
+    env = {"NCCL_DEBUG": "INFO", "HF_TOKEN": "hf_x", "HOME": "/root", "PATH": "/bin", "MASTER_ADDR": "10.0.0.1",
+           "WANDB_API_KEY": "0123456789abcdef0123456789abcdef01234567", "SLURM_JOB_ID": "42", "RANK": "0",
+           "NCCL_IB_HCA": "mlx5", "CUDA_VISIBLE_DEVICES": "0,1", "OMPI_COMM_WORLD_RANK": "3",
+           "TORCH_NCCL_TOKEN": "secret-value-123"}
+    shown = relevant_env(env)
+    assert set(shown) == {"NCCL_DEBUG", "MASTER_ADDR", "SLURM_JOB_ID", "RANK", "NCCL_IB_HCA", "CUDA_VISIBLE_DEVICES",
+                          "OMPI_COMM_WORLD_RANK", "TORCH_NCCL_TOKEN"}
+    assert shown["TORCH_NCCL_TOKEN"] == REDACTED
+    assert "secret-value-123" not in json.dumps(shown)
+    assert list(shown) == sorted(shown)
+    assert relevant("LD_LIBRARY_PATH") and not relevant("AWS_SECRET_ACCESS_KEY")
+
+
+def test_empty_values_stay_empty():
+    assert redact("HF_TOKEN", "") == ""
+
+
+def test_no_known_nccl_or_torch_variable_is_taken_for_a_secret():
+    from nccl_doctor.catalog.env_vars import env_vars
+
+    assert [name for name in env_vars() if secret_name(name)] == []
