@@ -85,3 +85,14 @@ def test_grep_expressions_match_examples():
                               else ["grep", "-c", "-E", "-e", expr], input=example, capture_output=True, text=True)
         assert proc.returncode in (0, 1), (s.id, proc.stderr)
         assert proc.stdout.strip() == "1", f"grep -E misses {s.id}: {expr}"
+
+
+def test_portable_engine_when_hyperscan_is_missing(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "hyperscan", None)  # import hyperscan -> ImportError
+    assert make_engine([s for s in SIGS if s.scope == "all"]).name == "portable"
+
+
+def test_logs_never_imports_torch():
+    code = ("import sys, nccl_doctor.logs as l; l.diagnose_text('NCCL WARN Cuda failure \\'out of memory\\''); "
+            "assert 'torch' not in sys.modules")
+    assert subprocess.run([__import__("sys").executable, "-c", code]).returncode == 0

@@ -81,7 +81,7 @@ def test_only_builtin_opcodes_in_real_dumps():
 def test_dumps_name_the_lagging_rank():
     report = diagnose_paths([str(Path(__file__).parent / "fixtures" / "logs" / "synthetic" / "flight-recorder-lag")])
     primary = report.ordered()[0]
-    assert primary.ranks == [1] and "flight recorder" in primary.message
+    assert primary.ranks == [1] and "flight-recorder" in primary.message
     rows = {r["rank"]: r for r in report.facts["ranks"]}
     assert rows[1]["last_collective"].startswith("all_reduce #6")
 
@@ -90,3 +90,10 @@ def test_dump_without_entries_is_rejected(tmp_path):
     (tmp_path / "nccl_trace_rank_0").write_bytes(pickle.dumps({"nothing": 1}, protocol=2))
     col = collect_paths([str(tmp_path)])
     assert "no 'entries' list" in col.problems[0]
+
+
+def test_json_lines_log_with_entries_key_is_read_as_a_log(tmp_path):
+    line = '{"entries": 1, "msg": "include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device"}\n'
+    (tmp_path / "app.jsonl").write_text(line * 3)
+    report = diagnose_paths([str(tmp_path / "app.jsonl")])
+    assert report.ordered()[0].cause == "shm-too-small"

@@ -171,3 +171,29 @@ def test_memory_is_bounded_for_many_matches(tmp_path):
 def test_json_fields_are_serialisable(tmp_path):
     (tmp_path / "a.log").write_text(SHM_LINE)
     json.dumps(diagnose_paths([str(tmp_path)]).to_json())
+
+
+def test_old_nccl_22_wording():
+    """NCCL 2.2-2.3 printed 'INFO'/'WARN' without 'NCCL' and other words (NVIDIA/nccl-tests#15)."""
+    text = "\n".join([
+        "gpu-bql-144-103:18553:18553 [0] INFO NET : Using interface enp3s0:192.168.144.103<0>",
+        "gpu-bql-144-103:18553:18553 [0] INFO Using internal Network Socket",
+        "NCCL version 2.2.13+cuda9.0",
+        "gpu-bql-144-103:18553:18611 [0] include/socket.h:360 WARN Call to connect failed : Connection timed out",
+        "gpu-bql-144-103:18553:18611 [0] INFO transport/net_socket.cu:118 -> 2",
+        "gpu-bql-144-103:18553:18612 [0] include/socket.h:371 WARN Connection closed by remote peer",
+    ])
+    findings = diagnose_text(text, "old.log")
+    causes = [findings[0].cause] + [s.cause for s in findings[0].secondary]
+    assert "master-unreachable" in causes and "rank-died" in causes
+
+
+def test_rank_tag_before_nccl_prefix_and_column_viewers(tmp_path):
+    (tmp_path / "a.log").write_text(
+        "[1] node2:22555:22555 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>\n"
+        "  | 2024-11-28T07:42:14.532Z | algo-1:17774:17862 [1] misc/socket.cc:717 NCCL WARN ncclSocketInit: "
+        "connecting to address with family 33022 is neither AF_INET(2) nor AF_INET6(10)\n")
+    report = diagnose_paths([str(tmp_path)])
+    rows = {r["label"]: r for r in report.facts["ranks"]}
+    assert rows["rank 1"]["host"] == "node2"
+    assert report.ordered()[0].hosts == ["algo-1"]

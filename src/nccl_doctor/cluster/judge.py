@@ -109,6 +109,7 @@ class Stage:
     on_rank: Callable[[Any], None]  # (RankContext) -> None: do the work, publish results
     on_judge: Callable[[JudgeContext], Outcome]
     runs_after_failure: bool = False  # safe diagnostics that still run when an earlier stage failed
+    patience: float = 0.0  # seconds granted on top of the stage deadline (rendezvous: process start-up)
     skip: Callable[[JudgeContext], str | None] = lambda ctx: None  # a reason to skip, decided before it runs
 
 

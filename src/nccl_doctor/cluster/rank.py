@@ -47,8 +47,8 @@ class RankContext:
     def publish(self, step: str, payload: dict) -> None:
         self.exchange.publish(step, self.rank, payload)
 
-    def verdict(self, step: str) -> dict:
-        found = self.exchange.verdict(step, self.options.timeout + MARGIN)
+    def verdict(self, step: str, patience: float = 0.0) -> dict:
+        found = self.exchange.verdict(step, self.options.timeout + patience + MARGIN)
         self.plan.update(found)
         return found
 
@@ -138,7 +138,7 @@ def _follow_judge(ctx: RankContext, stages: list) -> None:
         stage = by_name[name]
         ctx.faults.before(stage.name)
         stage.on_rank(ctx)
-        name = ctx.verdict(stage.name).get("next")
+        name = ctx.verdict(stage.name, stage.patience).get("next")
         while ctx.deferred:
             ctx.deferred.pop()()
 

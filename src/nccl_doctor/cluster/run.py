@@ -115,12 +115,12 @@ def run_local(count: int, options: Options, rank_args: list[str], *, master_addr
     except OSError as exc:
         return _cannot_host(master_port, exc)
     port = sock.getsockname()[1]
+    quiet_torch()
+    store = serve(port, options.timeout + MARGIN, listen_fd=sock.detach())  # up before any rank is told of it
     local = LocalRanks(count, rank_args, master_addr, port, rank_env or {}, command=command)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         local.start()
-        quiet_torch()
-        store = serve(port, options.timeout + MARGIN, listen_fd=sock.detach())
         exchange = Exchange(prefixed(store, f"{KEY_ROOT}/check/"))
         ctx = JudgeContext(exchange, count, options, "local", Liveness(exchange, local.exits), local=local,
                            run_token=uuid.uuid4().hex[:12])

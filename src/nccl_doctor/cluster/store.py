@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -78,13 +79,37 @@ def connect(host: str, port: int, deadline: float) -> Any:
             raise StoreUnreachable(host, port, reason)
         reason = probe_endpoint(host, port, min(left, 3.0)) or ""
         if not reason:
+            left = max(1.0, deadline - time.monotonic())
             try:
-                return TCPStore(host, port, None, False, timedelta(seconds=max(1.0, deadline - time.monotonic())))
-            except Exception as exc:  # accepted, then the handshake failed: not a c10d store, or it died
-                raise StoreUnreachable(host, port, "the port answers but is not a c10d store", _first_line(exc))
+                return within(left, lambda: TCPStore(host, port, None, False, timedelta(seconds=left)))
+            except Exception as exc:  # accepted, then no c10d handshake: another service, or a dying store
+                raise StoreUnreachable(host, port, f"the port accepts connections but no c10d store answered "
+                                                   f"within {left:.0f} s (another service holds it?)",
+                                       _first_line(exc)) from None
         if reason.startswith("name not resolved"):
             raise StoreUnreachable(host, port, reason)
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+def within(seconds: float, fn: Callable[[], Any]) -> Any:
+    """fn() in a daemon thread, abandoned after `seconds`: TCPStore's client handshake can block forever
+    (with the GIL released) when the port accepts but never answers."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="nccl-doctor-bounded", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer within {seconds:.0f} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def serve(port: int, timeout: float, listen_fd: int | None = None) -> Any:
@@ -134,7 +159,7 @@ def client(host: str, port: int, timeout: float) -> Any:
     """A second connection to the same store, for a thread that must not wait behind another's call."""
     from torch.distributed import TCPStore
 
-    return TCPStore(host, port, None, False, timedelta(seconds=timeout))
+    return within(timeout, lambda: TCPStore(host, port, None, False, timedelta(seconds=timeout)))
 
 
 @dataclass

@@ -6,6 +6,7 @@ Run it under the job's launcher (torchrun, srun, mpirun) or let it start ranks o
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -40,6 +41,9 @@ STATUS_STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
 def check(local: int | None, backend: str, timeout: float, quick: bool, master_addr: str, master_port: int,
           report_file: str | None, as_json: bool, rank_env: tuple[str, ...]) -> int:
     """Check that every rank can communicate: versions, devices, network, backend, collectives."""
+    if importlib.util.find_spec("torch") is None:
+        raise InputError("check runs collectives with torch.distributed: install PyTorch "
+                         "(`pip install 'nccl-doctor[torch]'`)")
     from ..cluster.judge import Options
     from ..cluster.launch import WorldError, default_local_ranks, detect_world
 
@@ -79,7 +83,8 @@ def _deliverer(as_json: bool, report_file: str | None):
 def render_stages(report: Report, out) -> None:
     """The stage table: passed / failed / skipped, with timing and what each stage saw."""
     console = console_for(out)
-    table = Table(title="nccl-doctor check", title_justify="left", show_edge=False, pad_edge=False)
+    console.print("[bold]nccl-doctor check[/bold]")
+    table = Table(show_edge=False, pad_edge=False)
     for column in ("stage", "status", "time", "detail"):
         table.add_column(column, overflow="fold")
     for stage in report.facts.get("stages", []):

@@ -25,7 +25,11 @@ __all__ = ["diagnose_paths", "diagnose_text", "collect_paths", "Collection"]
 def collect_paths(paths: list[str], engine: str | None = None) -> Collection:
     """Read every input (problems are recorded, never raised) and return what was seen."""
     sources, problems = expand(paths)
-    collector = Collector(default_engine(engine))
+    try:
+        collector = Collector(default_engine(engine))
+    except ImportError:
+        raise InputError("the hyperscan engine is not installed: `pip install 'nccl-doctor[fast]'` "
+                         "or use --engine portable") from None
     for source in sources:
         collector.add_source(source)
     col = collector.finish()

@@ -14,16 +14,19 @@ from dataclasses import dataclass
 from datetime import datetime
 
 _LAUNCHER_PREFIXES = [
+    re.compile(r"\|\s+"),  # log viewers that print columns (CloudWatch: "| 2024-11-28T07:42:14.532Z | ...")
     re.compile(r"\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr)>:"),  # mpirun --tag-output
+    re.compile(r"\[(?P<rank>\d+)\] (?=[\w.-]+:\d+:\d+ \[\d+\] )"),  # "[3] host:pid:tid [dev] NCCL ..."
     re.compile(r"\[(?:rank|default|trainer|worker|role)?[A-Za-z_-]*?(?P<rank>\d+)(?:\|\d+)?\]:"),  # torchrun/torchx
     re.compile(r"\s*(?P<rank>\d{1,5}): (?=\S)"),  # srun --label
     re.compile(r"\((?P<actor>[A-Za-z_][\w.]*)(?: pid=(?P<pid>\d+))?(?:, ip=(?P<host>[\d.]+))?\) "),  # Ray
-    re.compile(r"(?P<iso>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)(?: \|)?\s+"),
+    re.compile(r"(?P<iso>\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?(?:Z|[+-]\d\d:?\d\d)?)(?: \|)?\s+"),
     re.compile(r"\[(?P<iso>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]\s*"),
-    re.compile(r"\[(?P<level>[IWEF])(?P<mmdd>\d{4})? ?(?P<hms>\d\d:\d\d:\d\d(?:\.\d+)?)? ?[\w.-]+:\d+\]\s*"),
+    re.compile(r"\[(?P<level>[IWEF])(?P<mmdd>\d{3,4})? ?(?P<hms>\d\d:\d\d:\d\d(?:\.\d+)?)? ?[\w.-]+:\d+\]\s*"),
     re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "),  # NCCL
     re.compile(r"\[(?P<dev>\d+)\] (?=(?:[\w/.]+:\d+ (?:\([^)]*\) )?)?NCCL )"),  # NCCL with host cut off
 ]
+_EMBEDDED_RANK = re.compile(r"\[rank(?P<rank>\d+)\]:")
 _MESSAGE_RANK = re.compile(r"\[(?:PG (?:ID )?\d+ (?:PG GUID \d+(?:\([^)]*\))? )?)?Rank (?P<rank>\d+)\]")
 _HOST_COLON = re.compile(r"(?P<host>[\w.-]+): Test (?:NCCL )?failure")  # nccl-tests error lines
 
@@ -59,10 +62,16 @@ def attribute(text: str) -> LineInfo:
                 break
         else:
             break
-    if info.rank is None:
-        m = _MESSAGE_RANK.search(rest, 0, 240)
+    if info.rank is None:  # torchrun's tag behind a prefix we do not know
+        m = _EMBEDDED_RANK.search(text, 0, 100)
         if m:
             info.rank = int(m.group("rank"))
+    m = _MESSAGE_RANK.search(rest, 0, 240)
+    if m:
+        if info.rank is None:  # PyTorch's own prefix: the rank in its process group (global in the default one)
+            info.rank = int(m.group("rank"))
+        if m.start() == 0:
+            rest = rest[m.end():].lstrip()
     if info.host is None:
         m = _HOST_COLON.match(rest)
         if m:
@@ -100,7 +109,7 @@ def _glog_seconds(mmdd: str | None, hms: str) -> float | None:
     except ValueError:
         return None
     if mmdd:
-        seconds += (int(mmdd[:2]) * 31 + int(mmdd[2:])) * 86400
+        seconds += (int(mmdd[:-2]) * 31 + int(mmdd[-2:])) * 86400
     return seconds
 
 

@@ -8,6 +8,8 @@ and for lines too frequent to handle everywhere, such as NCCL_DEBUG_SUBSYS=COLL 
 
 from __future__ import annotations
 
+import io
+import os
 import re
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -26,6 +28,8 @@ TAIL_BYTES = 256 * 1024  # the end of each source read line by line
 TAIL_LINES = 5000  # at most this many lines from the end of each source
 TAIL_QUIET = 300  # ... stopping once this many lines brought no new process
 COLL_TAIL = 64
+HINTS_HEAD = 12  # context lines kept per hint: the first ones ...
+HINTS_TAIL = 12  # ... and the last ones
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 Key = tuple[Any, ...]
@@ -84,7 +88,7 @@ class Proc:
             return "rank " + _span(self.ranks)
         if self.hosts and self.pids:
             return f"{min(self.hosts)} pid {min(self.pids)}"
-        return min(self.sources) if self.sources else "?"
+        return os.path.basename(min(self.sources)) if self.sources else "?"
 
 
 def _span(values: set[int]) -> str:
@@ -123,6 +127,7 @@ class Collection:
     elastic_root: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     sources_read: list[str] = field(default_factory=list)
+    source_lines: dict[str, int] = field(default_factory=dict)  # lines per source read
     lines: int = 0
     bytes: int = 0
     dropped_events: int = 0
@@ -150,6 +155,7 @@ class Collector:
         self.proc_data: dict[Key, Proc] = {}
         self.kept: dict[tuple[str, Key], int] = defaultdict(int)
         self.source_index = 0
+        self.hint_tail: dict[str, deque[Event]] = defaultdict(lambda: deque(maxlen=HINTS_TAIL))
         self._elastic_current: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ reading
@@ -157,24 +163,35 @@ class Collector:
     def add_source(self, source: Source) -> None:
         self.source_index += 1
         try:
-            stream, compression = open_stream(source)
-        except OSError as exc:
+            stream, _compression = open_stream(source)
+        except READ_ERRORS as exc:
             self.out.problems.append(f"{source.name}: cannot read ({getattr(exc, 'strerror', None) or exc})")
             return
         try:
-            head, _ = sniff(stream)
-            if fr.is_pickle(head) or (fr.is_json_dump(head) and not _looks_like_log(head)):
-                self._add_dump(source, stream, head)
-                return
-            if looks_binary(head):
-                self.out.problems.append(f"{source.name}: binary file, skipped")
-                return
-            self._read_log(source, stream)
+            self._read_any(source, stream)
         except READ_ERRORS as exc:
             self.out.problems.append(f"{source.name}: cannot read ({getattr(exc, 'strerror', None) or exc})")
         finally:
             if source.stream is None:
                 stream.close()
+
+    def _read_any(self, source: Source, stream: Any) -> None:
+        """A flight-recorder dump (pickle or JSON), or a log."""
+        head, _ = sniff(stream)
+        if fr.is_pickle(head):
+            self._add_dump(source, stream, head)
+            return
+        if fr.is_json_dump(head):
+            data = stream.read(fr.MAX_JSON_DUMP_BYTES + 1)
+            summary = fr.parse_json_dump(data) if len(data) <= fr.MAX_JSON_DUMP_BYTES else None
+            if summary is not None:
+                self._record_dump(source, summary)
+                return
+            stream = _Prefixed(data, stream)  # not a dump (e.g. JSON-lines): read it as a log
+        if looks_binary(head):
+            self.out.problems.append(f"{source.name}: binary file, skipped")
+            return
+        self._read_log(source, stream)
 
     def _read_log(self, source: Source, stream: Any) -> None:
         stats = ReadStats()
@@ -196,6 +213,7 @@ class Collector:
             lines = chunk.first_line + chunk.data.count(b"\n") - 1
         self._read_tail(source, file_rank, tail)
         self.out.lines += lines
+        self.out.source_lines[source.name] = lines
         if stats.problem:
             self.out.problems.append(f"{source.name}: {stats.problem}")
         if lines == 0 and not tail:
@@ -212,6 +230,10 @@ class Collector:
         except fr.UnsafeDump as exc:
             self.out.problems.append(f"{source.name}: rejected flight-recorder dump: {exc}")
             return
+        self._record_dump(source, summary)
+
+    def _record_dump(self, source: Source, summary: fr.DumpSummary) -> None:
+        summary.source = source.name
         rank = rank_from_path(source.path or source.name)
         key: Key = ("rank", rank) if rank is not None else ("src", source.name)
         self.uf.find(key)
@@ -275,6 +297,8 @@ class Collector:
         if len(errors) > 1:
             best = max(errors, key=lambda sc: (sc[0].weight, -sc[0].index))
             matched = [(s, c) for s, c in matched if not s.is_error or s is best[0]]
+        if any(s.role != "hint" for s, _ in matched):  # recognised: not one of the lines nobody explains
+            matched = [(s, c) for s, c in matched if not s.unclaimed]
         key = self._identify(source, file_rank, info)
         order = (self.source_index, line_no)
         for sig, caps in matched:
@@ -290,8 +314,12 @@ class Collector:
             self._record_fact(event)
             return
         if sig.role == "hint":
-            if len(self.out.hints[sig.hint or sig.id]) < EVENTS_PER_KEY * 4:
-                self.out.hints[sig.hint or sig.id].append(event)
+            name = sig.hint or sig.id
+            kept = self.out.hints[name]
+            if len(kept) < HINTS_HEAD:
+                kept.append(event)
+            else:  # and the latest ones: what was going on when the job failed
+                self.hint_tail[name].append(event)
             return
         slot = (sig.id, event.key)
         self.kept[slot] += 1
@@ -324,6 +352,9 @@ class Collector:
             current = self._elastic_current
             if current is not None and current["source"] == event.source and event.line - current["line"] < 12:
                 current.setdefault(caps.get("field", ""), caps.get("value", "").strip())
+            return
+        elif name == "fingerprint":  # only each process's latest collective matters
+            proc.facts[name] = [event]
             return
         elif name in ("world_size", "desync", "desync_at"):
             if len(self.out.global_facts[name]) < 64:
@@ -410,6 +441,9 @@ class Collector:
 
     def finish(self) -> Collection:
         """Merge the facts of keys that name the same process and resolve each event's rank."""
+        for name, tail in self.hint_tail.items():
+            self.out.hints[name].extend(tail)
+        self.hint_tail.clear()
         for key, proc in list(self.proc_data.items()):
             rank = _rank_in_largest_comm(proc.facts.get("comm_rank", []))
             if rank is not None:
@@ -448,7 +482,7 @@ class Collector:
 def _infer_ranks_from_devices(procs: list[Proc]) -> None:
     """One host, one GPU per process, no rank printed anywhere: torchrun's usual rank == local GPU index."""
     with_dev = [p for p in procs if p.pids]
-    if not with_dev or any(p.ranks for p in procs) or len({h for p in procs for h in p.hosts}) > 1:
+    if len(with_dev) < 2 or any(p.ranks for p in procs) or len({h for p in procs for h in p.hosts}) > 1:
         return
     devs = [p.devs for p in with_dev]
     if all(len(d) == 1 for d in devs) and len({min(d) for d in devs}) == len(devs):
@@ -517,5 +551,21 @@ def _clean(raw: bytes) -> str:
     return text
 
 
-def _looks_like_log(head: bytes) -> bool:
-    return b"\n" in head[:200] and not head.lstrip().startswith(b"{\"")
+class _Prefixed(io.RawIOBase):
+    """Bytes already read, then the rest of the stream: lets a sniffed JSON file be read as a log."""
+
+    def __init__(self, prefix: bytes, rest: Any) -> None:
+        self.prefix, self.rest = memoryview(prefix), rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.prefix:
+            n = min(len(buffer), len(self.prefix))
+            buffer[:n] = self.prefix[:n]
+            self.prefix = self.prefix[n:]
+            return n
+        data = self.rest.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)

@@ -11,104 +11,19 @@ from __future__ import annotations
 
 import functools
 import re
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections import defaultdict
+from collections.abc import Callable
 
 from ..model import Evidence, Finding, Severity
+from .candidates import MAX_EVIDENCE, Candidate, Context, compact, who
 from .collect import Collection, Event, Proc
+from .fallback import rule_fallback, rule_known_bugs
+from .signatures import version_tuple
+from .timeouts import rule_timeouts
 
-MAX_EVIDENCE = 8
 VIRTUAL_IFACES = re.compile(r"^(?:lo|docker\d*|virbr\d*|veth\w*|br-\w+|cni\d*|flannel\.\d+|tailscale\d*|tun\d+)$")
 # NCCL fixed the fatal stray bootstrap connection in 2.27.3.
 STRAY_CONNECTION_FIXED = (2, 27, 3)
-
-
-@dataclass
-class Candidate:
-    """A cause the evidence points at, before ranking."""
-
-    cause: str
-    weight: float
-    confidence: float
-    role: str  # root, generic, echo, timeout, rule
-    message: str = ""
-    events: list[Event] = field(default_factory=list)
-    extra_evidence: list[Evidence] = field(default_factory=list)
-    ranks: set[int] = field(default_factory=set)
-    hosts: set[str] = field(default_factory=set)
-    fix: list[str] = field(default_factory=list)
-    severity: Severity = Severity.ERROR
-    explains: set[str] = field(default_factory=set)  # causes it accounts for (folded under it)
-
-    def first(self) -> Event | None:
-        return min(self.events, key=lambda e: e.order) if self.events else None
-
-    def evidence(self) -> list[Evidence]:
-        extra = list({(e.source, e.line, e.text): e for e in self.extra_evidence}.values())
-        taken = {(e.source, e.line) for e in extra}
-        chosen = _spread([e for e in self.events if (e.source, e.line) not in taken], MAX_EVIDENCE - len(extra))
-        return extra + [Evidence(e.source, e.text, e.line) for e in chosen]
-
-
-def _spread(events: list[Event], limit: int) -> list[Event]:
-    """Evidence lines in order, one per rank/host first so that several ranks show."""
-    unique = {(e.source, e.line): e for e in sorted(events, key=lambda e: e.order, reverse=True)}
-    ordered = sorted(unique.values(), key=lambda e: e.order)
-    picked: list[Event] = []
-    seen: set[object] = set()
-    for e in ordered:
-        who = (e.rank, e.host, e.source)
-        if who not in seen:
-            seen.add(who)
-            picked.append(e)
-    for e in ordered:
-        if len(picked) >= limit:
-            break
-        if e not in picked:
-            picked.append(e)
-    return sorted(picked[:max(0, limit)], key=lambda e: e.order)
-
-
-class Context:
-    """The collection plus handy views of it for the rules."""
-
-    def __init__(self, col: Collection) -> None:
-        self.col = col
-        self.events = col.events
-        self.by_cause: dict[str, list[Event]] = defaultdict(list)
-        for e in col.events:
-            if e.cause:
-                self.by_cause[e.cause].append(e)
-        self.has_error = any(e.sig.role in ("root", "generic", "timeout") for e in col.events)
-
-    def proc(self, event: Event) -> Proc | None:
-        return self.col.proc_of(event)
-
-    def events_of(self, *sig_ids: str) -> list[Event]:
-        return [e for e in self.events if e.sig.id in sig_ids]
-
-    def hint(self, name: str) -> list[Event]:
-        return self.col.hints.get(name, [])
-
-    def facts(self, name: str) -> list[tuple[Proc, Event]]:
-        return [(p, e) for p in self.col.procs for e in p.facts.get(name, [])]
-
-    def host_of(self, proc: Proc, event: Event | None = None) -> str:
-        if event is not None and event.host:
-            return event.host
-        if proc.hosts:
-            return ",".join(sorted(proc.hosts))
-        return proc.label()
-
-    def multi_host(self) -> bool:
-        return len(self.col.hosts_seen()) > 1
-
-    def world_size(self) -> int | None:
-        sizes = [int(e.caps.get("n") or e.caps.get("ws") or 0) for e in self.col.global_facts.get("world_size", [])]
-        sizes += [n for p in self.col.procs for n in p.comm_sizes.values()]
-        sizes = [s for s in sizes if s > 0]
-        return max(sizes) if sizes else None
 
 
 # ---------------------------------------------------------------------------- candidates from signatures
@@ -122,46 +37,27 @@ def signature_candidates(ctx: Context) -> dict[str, Candidate]:
         cands[cause] = Candidate(
             cause=cause, weight=best.sig.weight, confidence=best.sig.confidence, role=role,
             message=_describe(events), events=list(events),
-            ranks={e.rank for e in events if e.rank is not None},
+            ranks={e.rank for e in events if e.rank is not None} | _named_ranks(events),
             hosts={e.host for e in events if e.host},
         )
     return cands
 
 
+def _named_ranks(events: list[Event]) -> set[int]:
+    """Ranks a message itself names ('rank 1 and rank 0 both on CUDA device ...')."""
+    return {int(v) for e in events for k, v in e.caps.items() if k.startswith("rank_") and v.isdigit()}
+
+
 def _describe(events: list[Event]) -> str:
     first = min(events, key=lambda e: (-e.sig.weight, e.order))  # the most specific line, earliest
-    who = _who(events)
+    speaker = who(events)
     text = first.message or first.text
     text = text if len(text) <= 160 else text[:157] + "..."
     more = f" ({len(events)} lines)" if len(events) > 1 else ""
-    return f"{who}{text}{more}"
-
-
-def _who(events: Iterable[Event]) -> str:
-    events = list(events)
-    ranks = sorted({e.rank for e in events if e.rank is not None})
-    hosts = sorted({e.host for e in events if e.host})
-    parts = []
-    if ranks:
-        parts.append(("rank " if len(ranks) == 1 else "ranks ") + _compact(ranks))
-    if hosts:
-        parts.append(("on " if parts else "host ") + ",".join(hosts[:4]) + (" ..." if len(hosts) > 4 else ""))
-    return (" ".join(parts) + ": ") if parts else ""
-
-
-def _compact(values: list[int]) -> str:
-    if len(values) > 2 and values[-1] - values[0] == len(values) - 1:
-        return f"{values[0]}-{values[-1]}"
-    if len(values) > 8:
-        return ",".join(map(str, values[:8])) + ",..."
-    return ",".join(map(str, values))
+    return f"{speaker}{text}{more}"
 
 
 # ---------------------------------------------------------------------------- cross-host rules
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
-
 
 def rule_versions(ctx: Context, cands: dict[str, Candidate]) -> None:
     """Different NCCL versions across hosts/ranks; NCCL 1.x."""
@@ -182,8 +78,8 @@ def rule_versions(ctx: Context, cands: dict[str, Candidate]) -> None:
             fix=[f"Install the same NCCL on every host (versions seen: {', '.join(sorted(seen))})."],
         )
         return
-    oldest = min(seen, key=_version_tuple, default=None)
-    if oldest and _version_tuple(oldest) < (2,) and ctx.has_error:
+    oldest = min(seen, key=version_tuple, default=None)
+    if oldest and version_tuple(oldest) < (2,) and ctx.has_error:
         e = seen[oldest][0][1]
         cands["obsolete-nccl"] = Candidate(
             cause="obsolete-nccl", weight=85, confidence=0.75, role="rule",
@@ -198,7 +94,7 @@ def _where(procs: list[Proc], events: list[Event]) -> str:
     if hosts:
         return ",".join(hosts[:4]) + (" ..." if len(hosts) > 4 else "")
     ranks = sorted({r for p in procs for r in p.ranks})
-    return ("ranks " + _compact(ranks)) if ranks else ",".join(sorted({e.source for e in events}))
+    return ("ranks " + compact(ranks)) if ranks else ",".join(sorted({e.source for e in events}))
 
 
 def rule_address_family(ctx: Context, cands: dict[str, Candidate]) -> None:
@@ -308,248 +204,6 @@ def rule_network(ctx: Context, cands: dict[str, Candidate]) -> None:
         retry.message += " (RoCE fabric)"
 
 
-# ---------------------------------------------------------------------------- timeouts
-
-TIMEOUT_SIGS = ("watchdog-timeout", "blocking-wait-timeout", "gloo-timeout", "nonblocking-init-timeout")
-
-
-def rule_timeouts(ctx: Context, cands: dict[str, Candidate]) -> None:
-    """Whose fault is a collective timeout: lagging ranks, mismatched collectives, rank-0-only work."""
-    timeouts = ctx.events_of(*TIMEOUT_SIGS)
-    store_waits = ctx.events_of("store-wait-timeout")
-    if not timeouts and not store_waits:
-        return
-    cands.pop("collective-timeout", None)
-    cands.pop("store-wait-timeout", None)
-    evidence_events = timeouts + store_waits
-    timed_out = {e.rank for e in timeouts if e.rank is not None}
-    seqs = {e.rank: int(e.caps["seq"]) for e in timeouts if e.rank is not None and e.caps.get("seq")}
-    ops = {e.rank: e.caps.get("op", "?") for e in timeouts if e.rank is not None}
-    numel = {e.rank: int(e.caps["numel_in"]) for e in timeouts if e.rank is not None and e.caps.get("numel_in")}
-    hints = {name: ctx.hint(name) for name in ("progress_bar", "preprocessing", "checkpoint", "evaluation",
-                                                "cuda_graphs", "eager")}
-    explains = {"collective-timeout", "rank-died", "store-wait-timeout", "rank-hang", "nccl-internal-error"}
-    summary = _timeout_summary(timeouts, store_waits)
-
-    mismatch = _mismatched_at_same_seq(timeouts)
-    if mismatch:
-        culprits, text = mismatch
-        cands["collective-mismatch"] = Candidate(
-            cause="collective-mismatch", weight=75, confidence=0.8, role="rule", message=text,
-            events=evidence_events, ranks=culprits, hosts=_hosts_of(ctx, culprits), explains=explains,
-            fix=[f"Compare what ranks {_compact(sorted(culprits))} run at that step with the others "
-                 "(TORCH_DISTRIBUTED_DEBUG=DETAIL reports the mismatching call)."])
-        return
-
-    lagging, lag_text = _lagging_ranks(ctx, timeouts, seqs)
-    rank0_signals = _rank0_only_signals(hints, timeouts, store_waits, seqs, numel, timed_out, lagging)
-    if rank0_signals:
-        cause, reasons, ev_hints = rank0_signals
-        confidence = min(0.9, 0.5 + 0.12 * len(reasons))
-        waited = _compact(sorted(timed_out)) if timed_out else "the others"
-        cands[cause] = Candidate(
-            cause=cause, weight=66, confidence=confidence, role="rule",
-            message=(f"{summary}; ranks {waited} waited while {'rank ' + _compact(sorted(lagging)) if lagging else 'rank 0'} "
-                     f"was busy elsewhere: {'; '.join(reasons)}"),
-            events=ev_hints[:3] + evidence_events, ranks=lagging or ({0} if 0 not in timed_out else set()),
-            hosts=_hosts_of(ctx, lagging), explains=explains,
-            fix=_rank0_fix(cause, timeouts),
-        )
-        return
-
-    if hints["cuda_graphs"] and not hints["eager"] and not lagging:
-        cands["nccl-cudagraph-mixing"] = Candidate(
-            cause="nccl-cudagraph-mixing", weight=62, confidence=0.55, role="rule",
-            message=f"{summary}, in a job that captures NCCL collectives in CUDA graphs (no rank lags behind)",
-            events=hints["cuda_graphs"][:2] + evidence_events, ranks=timed_out, hosts=_hosts_of(ctx, timed_out),
-            explains=explains)
-        return
-
-    if lagging:
-        cause = "straggler-rank" if hints["evaluation"] else "rank-hang"
-        cands[cause] = Candidate(
-            cause=cause, weight=64, confidence=0.75, role="rule",
-            message=f"{summary}; {lag_text}",
-            events=evidence_events, ranks=lagging, hosts=_hosts_of(ctx, lagging), explains=explains,
-            fix=[f"Look at what rank(s) {_compact(sorted(lagging))} were doing when the others timed out "
-                 "(their log just before the timeout, `py-spy dump`)."])
-        return
-
-    if hints["evaluation"] and 0 in timed_out:
-        cands["straggler-rank"] = Candidate(
-            cause="straggler-rank", weight=60, confidence=0.6, role="rule",
-            message=f"{summary} during evaluation/generation: some ranks took longer than the timeout",
-            events=hints["evaluation"][:2] + evidence_events, ranks=timed_out, explains=explains)
-        return
-
-    never_completed = [e for e in ctx.col.procs for s in e.facts.get("pg_status", [])
-                       if int(s.caps.get("completed") or s.caps.get("completed_old") or 0) < 0]
-    detail = (" - nothing ever completed on this process group, which points at setup/connectivity "
-              "rather than a slow rank") if never_completed else ""
-    cands["collective-timeout"] = Candidate(
-        cause="collective-timeout", weight=48, confidence=0.5, role="timeout",
-        message=f"{summary}{detail}", events=evidence_events, ranks=timed_out,
-        hosts=_hosts_of(ctx, timed_out), explains={"rank-died"},
-        fix=_timeout_fix(timeouts, ctx))
-
-
-def _timeout_summary(timeouts: list[Event], store_waits: list[Event]) -> str:
-    if not timeouts:
-        e = store_waits[0]
-        return f"{_who(store_waits)}store wait timed out ({e.message[:120]})"
-    by_key = Counter((e.caps.get("op", "?"), e.caps.get("seq"), e.caps.get("numel_in")) for e in timeouts)
-    parts = []
-    for (op, seq, numel), n in by_key.most_common(3):
-        desc = op + (f" SeqNum={seq}" if seq else "") + (f" NumelIn={numel}" if numel else "")
-        parts.append(desc)
-    minutes = max(int(e.caps.get("timeout_ms", 0) or 0) for e in timeouts) / 60000
-    when = f" after the {minutes:g} min timeout" if minutes else ""
-    return f"{_who(timeouts)}collective timed out{when} ({'; '.join(parts)})"
-
-
-def _mismatched_at_same_seq(timeouts: list[Event]) -> tuple[set[int], str] | None:
-    by_seq: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
-    for e in timeouts:
-        if e.caps.get("seq") and e.rank is not None:
-            by_seq[e.caps["seq"]][e.caps.get("op", "?")].add(e.rank)
-    for seq, ops in by_seq.items():
-        if len(ops) > 1:
-            majority = max(ops, key=lambda op: len(ops[op]))
-            culprits = {r for op, ranks in ops.items() if op != majority for r in ranks}
-            listing = ", ".join(f"{op} on ranks {_compact(sorted(r))}" for op, r in sorted(ops.items()))
-            return culprits, f"ranks timed out in different collectives at the same SeqNum {seq}: {listing}"
-    return None
-
-
-def _lagging_ranks(ctx: Context, timeouts: list[Event], seqs: dict[int, int]) -> tuple[set[int], str]:
-    """Ranks that never reached the collective the others timed out in, with the reason we think so."""
-    desync = ctx.col.global_facts.get("desync", [])
-    named = set()
-    for e in desync:
-        named |= {int(x) for x in re.findall(r"\d+", e.caps.get("ranks", ""))}
-    if named:
-        return named, f"PyTorch's desync report names rank(s) {_compact(sorted(named))} as lagging"
-    fr_lag = _flight_recorder_lag(ctx)
-    if fr_lag:
-        return fr_lag
-    ops = {e.caps.get("op") for e in timeouts if e.caps.get("seq")}
-    if len(set(seqs.values())) > 1 and len(ops) == 1 and max(seqs.values()) - min(seqs.values()) <= 8:
-        # Within one process group the ranks that time out sit at (nearly) the same SeqNum; far-apart
-        # numbers or different collectives come from different groups and do not compare.
-        top = max(seqs.values())
-        behind = {r for r, s in seqs.items() if s < top}
-        if len(behind) < len(seqs):
-            listing = ", ".join(f"rank {r} at {s}" for r, s in sorted(seqs.items()) if r in behind)
-            return behind, f"rank(s) {_compact(sorted(behind))} are behind ({listing}; the others reached SeqNum {top})"
-    status = {}
-    for proc in ctx.col.procs:
-        for e in proc.facts.get("pg_status", []):
-            enq = e.caps.get("enqueued") or e.caps.get("enqueued_old")
-            if enq is not None and proc.ranks:
-                status[min(proc.ranks)] = int(enq)
-    if seqs and status:
-        target = max(seqs.values())
-        behind = {r for r, enq in status.items() if enq < target}
-        if behind:
-            return behind, f"rank(s) {_compact(sorted(behind))} never enqueued collective #{target}"
-    timed_out = {e.rank for e in timeouts if e.rank is not None}
-    silent = {r for p in ctx.col.procs for r in p.ranks if p.last_line and r not in timed_out}
-    if timed_out and silent and _per_rank_logs(ctx):
-        return silent, (f"rank(s) {_compact(sorted(silent))} left output but never reported the timeout: they "
-                        "were not inside the collective")
-    colls = _coll_lag(ctx)
-    if colls:
-        return colls
-    return set(), ""
-
-
-def _per_rank_logs(ctx: Context) -> bool:
-    ranked = [p for p in ctx.col.procs if p.ranks]
-    return len(ranked) > 1 and all(len(p.sources) == 1 for p in ranked) and \
-        len({s for p in ranked for s in p.sources}) == len(ranked)
-
-
-def _flight_recorder_lag(ctx: Context) -> tuple[set[int], str] | None:
-    dumps = {min(p.ranks): p.fr for p in ctx.col.procs if p.fr is not None and p.ranks}
-    if len(dumps) < 2:
-        return None
-    last_seq: dict[int, int] = {}
-    for rank, dump in dumps.items():
-        seqs = [c.seq for c in dump.last.values() if not c.p2p]
-        last_seq[rank] = max(seqs) if seqs else -1
-    top = max(last_seq.values())
-    behind = {r for r, s in last_seq.items() if s < top}
-    if behind and len(behind) < len(last_seq):
-        listing = ", ".join(f"rank {r} last #{last_seq[r]}" for r in sorted(behind))
-        return behind, f"flight recorder: rank(s) {_compact(sorted(behind))} lag behind ({listing}; others #{top})"
-    return None
-
-
-def _coll_lag(ctx: Context) -> tuple[set[int], str] | None:
-    last = {}
-    for proc in ctx.col.procs:
-        if proc.colls and proc.ranks:
-            last[min(proc.ranks)] = max(c[0] for c in proc.colls)
-    if len(last) < 2 or len(set(last.values())) < 2:
-        return None
-    top = max(last.values())
-    behind = {r for r, v in last.items() if v < top}
-    return behind, f"NCCL COLL calls: rank(s) {_compact(sorted(behind))} stopped at an earlier opCount than the others"
-
-
-def _rank0_only_signals(hints, timeouts, store_waits, seqs, numel, timed_out, lagging):
-    """Signs that a long piece of work ran on some ranks (usually rank 0) while the others waited."""
-    if 0 in timed_out and not (lagging and 0 not in lagging):
-        return None  # rank 0 itself waited: the work was not on rank 0 alone
-    reasons: list[str] = []
-    ev: list[Event] = []
-    cause = None
-    for name, label, target in (("checkpoint", "checkpoint save/load", "checkpoint-io"),
-                                ("evaluation", "evaluation", "rank0-evaluation"),
-                                ("preprocessing", "data preprocessing", "rank0-preprocessing")):
-        if hints.get(name):
-            reasons.append(f"{label} in the log ({hints[name][0].message[:80]!r})")
-            ev += hints[name][:1]
-            cause = cause or target
-    if hints.get("progress_bar"):
-        reasons.append("a progress bar was running when the timeout hit")
-        ev += hints["progress_bar"][-1:]
-        cause = cause or "rank0-preprocessing"
-    early = [r for r, s in seqs.items() if s <= 3 and numel.get(r, 1) <= 1]
-    if early and len(early) == len(seqs):
-        reasons.append(f"the timed-out collective is one of the first (SeqNum {min(seqs.values())}) and tiny, "
-                       "i.e. a barrier before training")
-        cause = cause or "rank0-preprocessing"
-    if store_waits and not timeouts:
-        reasons.append("a TCPStore wait ran out after the full timeout")
-        cause = cause or "store-wait-timeout"
-    if not reasons or (len(reasons) == 1 and early and not timed_out):
-        return None
-    return cause, reasons, ev
-
-
-def _rank0_fix(cause: str, timeouts: list[Event]) -> list[str]:
-    ms = max((int(e.caps.get("timeout_ms") or 0) for e in timeouts), default=0)
-    current = f" (now {ms // 60000} min)" if ms else ""
-    return [
-        "Measure how long that work takes and move it out of the distributed job (run it before launch, or "
-        "shard it over all ranks) so no rank waits in a collective meanwhile.",
-        f"Or raise the process-group timeout above the measured time{current}: "
-        "`init_process_group(..., timeout=timedelta(minutes=N))` (HF Trainer: `--ddp_timeout`; accelerate: "
-        "`InitProcessGroupKwargs(timeout=...)`).",
-    ]
-
-
-def _timeout_fix(timeouts: list[Event], ctx: Context) -> list[str]:
-    if len({e.rank for e in timeouts if e.rank is not None}) <= 1 and len(ctx.col.procs) <= 1:
-        return ["Only one rank's log was given: collect every rank's log and rerun `nccl-doctor logs DIR`."]
-    return []
-
-
-def _hosts_of(ctx: Context, ranks: set[int]) -> set[str]:
-    return {h for p in ctx.col.procs if p.ranks & ranks for h in p.hosts}
-
-
 # ---------------------------------------------------------------------------- COLL calls (NCCL_DEBUG_SUBSYS=COLL)
 
 def rule_coll_calls(ctx: Context, cands: dict[str, Candidate]) -> None:
@@ -566,24 +220,60 @@ def rule_coll_calls(ctx: Context, cands: dict[str, Candidate]) -> None:
         minority = [(p, e) for op, items in ops.items() if op != majority for p, e in items]
         procs = {id(p): p for p, _ in minority}.values()
         ranks = {r for p in procs for r in p.ranks}
-        who = ", ".join(_proc_name(p, e) for p, e in {id(p): (p, e) for p, e in minority}.values())
+        diverged = ", ".join(_proc_name(p, e) for p, e in {id(p): (p, e) for p, e in minority}.values())
         listing = "; ".join(f"{op} on {len({id(p) for p, _ in items})} process(es)" for op, items in sorted(ops.items()))
         evidence = [Evidence(e.source, e.text, e.line) for op in sorted(ops) for _, e in ops[op][:2]]
         cands["collective-mismatch"] = Candidate(
             cause="collective-mismatch", weight=82, confidence=0.8, role="rule",
-            message=f"at opCount {opcount:x} processes issue different collectives ({listing}): {who} diverged",
+            message=f"at opCount {opcount:x} processes issue different collectives ({listing}): {diverged} diverged",
             extra_evidence=evidence[:MAX_EVIDENCE], ranks=ranks, hosts={h for p in procs for h in p.hosts},
             explains={"collective-timeout", "rank-hang", "rank-died", "straggler-rank"},
-            fix=[f"Make {who} issue the same collective sequence as the others (a rank-dependent branch or a "
+            fix=[f"Make {diverged} issue the same collective sequence as the others (a rank-dependent branch or a "
                  "different stream/communicator there)."])
         return
 
 
+def rule_fingerprints(ctx: Context, cands: dict[str, Candidate]) -> None:
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL fingerprints: once collectives failed, the rank whose last one differs diverged."""
+    latest: dict[int, Event] = {}
+    for proc, e in ctx.facts("fingerprint"):
+        rank = e.rank if e.rank is not None else (min(proc.ranks) if len(proc.ranks) == 1 else None)
+        if rank is not None and (rank not in latest or e.order > latest[rank].order):
+            latest[rank] = e
+    failed = ctx.by_cause.get("collective-mismatch") or ctx.by_cause.get("collective-timeout")
+    if len(latest) < 2 or not failed:
+        return  # without a failure, fingerprints taken at different moments differ for no reason
+    groups: dict[tuple[str, ...], set[int]] = defaultdict(set)
+    for rank, e in latest.items():
+        groups[tuple(e.caps.get(k, "") for k in ("seq", "op", "shape", "dtype"))].add(rank)
+    if len(groups) < 2:
+        return
+    sizes = sorted((len(g) for g in groups.values()), reverse=True)
+    majority = max(groups.values(), key=len) if sizes[0] > sizes[1] else set()
+    diverged = set(latest) - majority
+    listing = "; ".join(f"ranks {compact(sorted(g))}: {_fingerprint(latest[min(g)])}" for g in groups.values())
+    cand = cands.get("collective-mismatch") or Candidate(
+        cause="collective-mismatch", weight=80, confidence=0.75, role="rule",
+        explains={"collective-timeout", "rank-hang", "rank-died", "straggler-rank"})
+    cand.message = (f"rank {compact(sorted(diverged))} ran a different collective than the others" if majority
+                    else "ranks ran different collectives") + f" ({listing})" + (
+        f" - {cand.message}" if cand.message else "")
+    cand.ranks = diverged
+    cand.extra_evidence += [Evidence(e.source, e.text, e.line) for e in sorted(latest.values(), key=lambda e: e.order)][:4]
+    cands["collective-mismatch"] = cand
+
+
+def _fingerprint(e: Event) -> str:
+    caps = e.caps
+    return " ".join(filter(None, (caps.get("op"), f"#{caps['seq']}" if caps.get("seq") else "",
+                                  caps.get("shape"), caps.get("dtype"))))
+
+
 def _proc_name(proc: Proc, event: Event) -> str:
     if proc.ranks and proc.rank_inferred:
-        return f"{event.host or '?'} pid {event.pid} (GPU {_compact(sorted(proc.devs))}, likely rank {_compact(sorted(proc.ranks))})"
+        return f"{event.host or '?'} pid {event.pid} (GPU {compact(sorted(proc.devs))}, likely rank {compact(sorted(proc.ranks))})"
     if proc.ranks:
-        return "rank " + _compact(sorted(proc.ranks))
+        return "rank " + compact(sorted(proc.ranks))
     dev = re.match(r"\S+:\d+:\d+ \[(\d+)\]", event.text)
     host = event.host or (min(proc.hosts) if proc.hosts else "?")
     return f"{host} pid {event.pid}" + (f" (GPU {dev.group(1)})" if dev else "")
@@ -600,7 +290,7 @@ def rule_echo_only(ctx: Context, cands: dict[str, Candidate]) -> None:
     backtrace_files = {e.caps.get("file", "") for e in ctx.hint("nccl_backtrace")}
     in_bootstrap = any("bootstrap" in f for f in backtrace_files)
     closed = [e for e in echo.events if e.sig.id == "connection-closed-by-peer"]
-    versions = [_version_tuple(e.caps["version"]) for _, e in ctx.facts("nccl_version")]
+    versions = [version_tuple(e.caps["version"]) for _, e in ctx.facts("nccl_version")]
     old_enough = not versions or min(versions) < STRAY_CONNECTION_FIXED
     killed = ctx.facts("killed")
     if in_bootstrap and closed and old_enough and not killed and len({e.rank for e in echo.events}) <= 1:
@@ -693,30 +383,54 @@ def rule_invalid_usage(ctx: Context, cands: dict[str, Candidate]) -> None:
             explains={"duplicate-gpu", "rank-died", "nccl-internal-error"})
 
 
+QUIET_AFTER_SETUP = 40  # lines after NCCL's last setup line that still fit "nothing happened after init"
+# GPU models without NVLink between boards: peer-to-peer goes over PCIe, where ACS/IOMMU break it.
+PCIE_ONLY_GPU = re.compile(r"GeForce|TITAN|Quadro|RTX A\d000|RTX \d000 Ada|RTX PRO|\bL4\b|\bL40S?\b|\bA10G?\b|\bT4\b")
+
+
 def rule_hang_after_init(ctx: Context, cands: dict[str, Candidate]) -> None:
-    """Communicators initialised on one host, then nothing: the classic GPU peer-to-peer (ACS/IOMMU) hang."""
-    if cands or ctx.multi_host():
+    """NCCL set up on several GPUs of one host, then nothing: the classic peer-to-peer (ACS/IOMMU) hang.
+
+    Weak evidence (a log can also just be cut short), so a low-confidence warning: stronger when init
+    visibly completed, when a progress bar sits at 0, and on boards whose GPUs talk over PCIe only.
+    """
+    if cands or ctx.multi_host() or ctx.facts("comm_end") or ctx.facts("coll_done"):
         return
-    procs = [p for p in ctx.col.procs if any("COMPLETE" in ph for ph in p.init_phases.values())]
-    if not procs or not any(max(p.comm_sizes.values(), default=0) > 1 for p in procs):
+    procs = ctx.col.procs
+    started = any(p.init_phases or p.facts.get("nccl_version") or p.facts.get("bootstrap") for p in procs)
+    if not started or (ctx.world_size() or len(ctx.facts("rank_host"))) < 2 or _output_after_setup(ctx):
         return
-    ended = [p for p in ctx.col.procs if p.facts.get("comm_end")]
-    if ended:
-        return
-    last = [p.last_line for p in ctx.col.procs if p.last_line]
-    stuck = [ln for ln in last if re.search(r"\b0%\||\s0/\d+", ln[2])]
+    completed = [p for p in procs if any("COMPLETE" in ph for ph in p.init_phases.values())]
+    stuck = [ln for ln in (p.last_line for p in procs) if ln and re.search(r"\b0%\||\s0/\d+", ln[2])]
+    gpus = sorted({e.caps["gpu"] for _, e in ctx.facts("rank_host") if e.caps.get("gpu")})
+    count = max(ctx.world_size() or 0, len({e.caps["rank"] for _, e in ctx.facts("rank_host")}))
+    pcie = [g for g in gpus if PCIE_ONLY_GPU.search(g)]
     transports = sorted({t for p in procs for t in p.transports})
+    confidence = 0.3 + 0.1 * bool(completed) + 0.1 * bool(stuck) + 0.05 * bool(pcie)
     cands["p2p-acs-iommu"] = Candidate(
-        cause="p2p-acs-iommu", weight=30, confidence=0.5 if stuck else 0.35, role="rule",
+        cause="p2p-acs-iommu", weight=30, confidence=min(confidence, 0.5), role="rule",
         severity=Severity.WARNING,
-        message=("NCCL communicators initialised on one host and the job then made no progress"
-                 + (f" (last line: {stuck[0][2][:80]!r})" if stuck else "") + "; intra-node transports: "
-                 + (", ".join(transports) or "unknown") + ". A hang right after init between local GPUs is the "
-                 "signature of PCIe ACS/IOMMU breaking peer-to-peer"),
+        message=("NCCL " + ("communicators initialised" if completed else "started initialising") + " on "
+                 + (f"{count}x {gpus[0]}" if len(gpus) == 1 else f"{count} GPUs") + " of one host and the log "
+                 "then shows no progress, no result and no error"
+                 + (f" (last line: {stuck[0][2][:80]!r})" if stuck else "")
+                 + (f"; intra-node transports: {', '.join(transports)}" if transports else "")
+                 + ". A hang right after init between local GPUs is the signature of PCIe ACS/IOMMU breaking "
+                 "peer-to-peer (if the log was merely cut short, ignore this)"),
         extra_evidence=[Evidence(s, t, n) for s, n, t in stuck[:1]],
-        events=[e for p in procs for e in p.facts.get("comm_init", [])][:0],
-        fix=["Test quickly: rerun with `NCCL_P2P_DISABLE=1`; if it then works, disable ACS/IOMMU (BIOS, or "
-             "`setpci` per the NCCL troubleshooting guide)."])
+        events=[e for _, e in ctx.facts("rank_host")][:2],
+        fix=["Test quickly: rerun with `NCCL_P2P_DISABLE=1`; if it then works, disable ACS/IOMMU (BIOS, kernel "
+             "`intel_iommu=off` / `amd_iommu=off`, or `setpci` per the NCCL troubleshooting guide)."])
+
+
+def _output_after_setup(ctx: Context) -> bool:
+    """Did the job print much after NCCL's last setup line (training went on, so no hang right after init)?"""
+    last: dict[str, int] = {}
+    for proc in ctx.col.procs:
+        for events in proc.facts.values():
+            for e in events:
+                last[e.source] = max(last.get(e.source, 0), e.line)
+    return any(ctx.col.source_lines.get(src, 0) - line > QUIET_AFTER_SETUP for src, line in last.items())
 
 
 def rule_adjust_hints(ctx: Context, cands: dict[str, Candidate]) -> None:
@@ -739,9 +453,9 @@ def rule_adjust_hints(ctx: Context, cands: dict[str, Candidate]) -> None:
 
 
 RULES: list[Callable[[Context, dict[str, Candidate]], None]] = [
-    rule_versions, rule_address_family, rule_interfaces, rule_network, rule_coll_calls, rule_timeouts,
-    rule_invalid_usage, rule_elastic_root, rule_echo_only, rule_init_failure_on_some_hosts,
-    rule_single_host_system_error, rule_hang_after_init, rule_adjust_hints,
+    rule_versions, rule_address_family, rule_interfaces, rule_network, rule_coll_calls, rule_fingerprints,
+    rule_timeouts, rule_invalid_usage, rule_elastic_root, rule_echo_only, rule_init_failure_on_some_hosts,
+    rule_single_host_system_error, rule_known_bugs, rule_hang_after_init, rule_fallback, rule_adjust_hints,
 ]
 
 
@@ -792,12 +506,12 @@ def rank_findings(cands: dict[str, Candidate]) -> list[Finding]:
     return [_finding(c, subs) for c, subs in top]
 
 
-def _finding(cand: Candidate, secondary: list[Candidate]) -> Finding:
+def _finding(cand: Candidate, secondary: list[Candidate], evidence_limit: int = MAX_EVIDENCE) -> Finding:
+    ranks = cand.ranks or {e.rank for e in cand.events if e.rank is not None}
     return Finding(
         cand.cause, cand.severity, cand.message, confidence=cand.confidence,
-        ranks=sorted(cand.ranks | {e.rank for e in cand.events if e.rank is not None}) if not cand.ranks else sorted(cand.ranks),
-        hosts=sorted(cand.hosts), evidence=cand.evidence(), fix=cand.fix,
-        secondary=[_finding(s, []) for s in secondary],
+        ranks=sorted(ranks), hosts=sorted(cand.hosts), evidence=cand.evidence()[:evidence_limit], fix=cand.fix,
+        secondary=[_finding(s, [], evidence_limit=3) for s in secondary],
     )
 
 

@@ -98,8 +98,9 @@ class PortableEngine:
     """
 
     name = "portable"
-    GRAM = 4
-    SAMPLE = 64 * 1024
+    GRAM = 3
+    SLICE = 16 * 1024
+    MAX_RESAMPLES = 6
 
     def __init__(self, sigs: Sequence[Signature]) -> None:
         self.checks = [(s.index, tuple(lit.encode() for lit in s.literals), s.caseless) for s in sigs if s.literals]
@@ -108,20 +109,35 @@ class PortableEngine:
         caseless = {lit for _, lits, caseless in self.checks if caseless for lit in lits}
         self.exact = _minimal(exact)
         self.caseless = _minimal(caseless)
-        self.gates: tuple[list[bytes], list[bytes]] | None = None
+        self.gates: tuple[list[bytes], list[bytes]] = (choose_gates(self.exact, b"", self.GRAM),
+                                                       choose_gates(self.caseless, b"", self.GRAM))
+        self.resamples = 0
 
-    def _choose_gates(self, sample: bytes) -> tuple[list[bytes], list[bytes]]:
-        return choose_gates(self.exact, sample, self.GRAM), choose_gates(self.caseless, sample.lower(), self.GRAM)
+    def _resample(self, data: bytes) -> None:
+        """Pick gates that are rare in this input: a few slices spread over the chunk."""
+        step = max(len(data) // 4, 1)
+        sample = b"".join(data[i:i + self.SLICE] for i in range(0, len(data), step))
+        self.gates = choose_gates(self.exact, sample, self.GRAM), choose_gates(self.caseless, sample.lower(), self.GRAM)
+        self.resamples += 1
 
     def scan(self, data: bytes) -> LineHits:
-        if self.gates is None or len(data) >= self.SAMPLE and not getattr(self, "_sampled", False):
-            self.gates = self._choose_gates(data[: self.SAMPLE])
-            self._sampled = len(data) >= self.SAMPLE
+        if self.resamples == 0 and len(data) >= 4 * self.SLICE:
+            self._resample(data)
+        out = self._scan(data)
+        if self.resamples < self.MAX_RESAMPLES and len(data) >= 4 * self.SLICE and self._wasteful(data, out):
+            self._resample(data)
+        return out
+
+    def _wasteful(self, data: bytes, hits: LineHits) -> bool:
+        return self.last_candidates > 64 * (len(data) / (1 << 20)) and self.last_candidates > 4 * len(hits)
+
+    def _scan(self, data: bytes) -> LineHits:
         exact_gates, caseless_gates = self.gates
         lines: dict[int, int] = {}
         _collect_lines(data, exact_gates, lines)
         if caseless_gates:
             _collect_lines(data.lower(), caseless_gates, lines)
+        self.last_candidates = len(lines)
         out: LineHits = []
         for start in sorted(lines):
             end = lines[start]

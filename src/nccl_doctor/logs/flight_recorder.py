@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 MAX_DUMP_BYTES = 256 << 20
+MAX_JSON_DUMP_BYTES = 64 << 20  # larger JSON is read as a log (JSON-lines)
 
 # Pickle opcodes that build builtin containers and primitives. Anything else (GLOBAL, STACK_GLOBAL,
 # REDUCE, BUILD, INST, OBJ, NEWOBJ, EXT*, PERSID, ...) can construct arbitrary objects.
@@ -67,8 +68,8 @@ def is_pickle(head: bytes) -> bool:
 
 
 def is_json_dump(head: bytes) -> bool:
-    text = head.lstrip()
-    return text.startswith(b"{") and (b'"entries"' in head or b'"pg_config"' in head or b'"version"' in head)
+    """Might be a JSON dump (the caller still falls back to reading it as a log: JSON-lines logs look alike)."""
+    return head.lstrip().startswith(b"{") and b'"entries"' in head
 
 
 @dataclass
@@ -97,19 +98,25 @@ class DumpSummary:
     first_pending: dict[str, Collective] = field(default_factory=dict)  # per pg: oldest not completed
     entries: int = 0
     comm_lib_version: str = ""
+    source: str = ""
 
 
 def read_dump(stream: BinaryIO, head: bytes) -> DumpSummary:
+    """A pickle dump (raises UnsafeDump when it is not a safe, well-formed one)."""
     data = stream.read(MAX_DUMP_BYTES + 1)
     if len(data) > MAX_DUMP_BYTES:
         raise UnsafeDump(f"flight-recorder dump larger than {MAX_DUMP_BYTES >> 20} MiB, not read")
-    if is_pickle(head):
-        dump = safe_unpickle(data)
-    else:
-        try:
-            dump = json.loads(data)
-        except ValueError as exc:
-            raise UnsafeDump(f"not valid JSON ({exc})") from None
+    return summarize(safe_unpickle(data))
+
+
+def parse_json_dump(data: bytes) -> DumpSummary | None:
+    """The summary of a JSON dump, or None when `data` is not one (e.g. a JSON-lines log)."""
+    try:
+        dump = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(dump, dict) or not isinstance(dump.get("entries"), list):
+        return None
     return summarize(dump)
 
 

@@ -42,6 +42,8 @@ class Signature:
     literals: tuple[str, ...] = ()
     caseless: bool = False
     scope: str = "all"  # "tail": only read in the last lines of each file (frequent lines)
+    unclaimed: bool = False  # hints: kept only for lines no fact/error signature claims
+    fixed_in: tuple[int, ...] | None = None  # NCCL release that fixed the defect this message reveals
     note: str = ""
     regex: re.Pattern[str] = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
 
@@ -230,10 +232,43 @@ def signatures() -> tuple[Signature, ...]:
             literals=_literals(row, pattern),
             caseless=pattern.startswith("(?i)"),
             scope=row.get("scope", "all"),
+            unclaimed=bool(row.get("unclaimed", False)),
+            fixed_in=version_tuple(row["fixed_in"]) if row.get("fixed_in") else None,
             note=row.get("note", ""),
             regex=re.compile(pattern),
         ))
     return tuple(table)
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """'2.26.2+cuda12.8' -> (2, 26, 2)."""
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """What an error no signature explains most likely is (catalog/signatures.toml [fallback])."""
+
+    generic: str
+    watchdog: str
+    confidence: float
+    by_source: tuple[tuple[str, str], ...]  # (NCCL source-file prefix, cause), first match wins
+    by_result: dict[int, str]  # ncclResult_t code -> cause
+
+    def cause_for_source(self, path: str) -> str | None:
+        path = path.removeprefix("src/")
+        return next((cause for prefix, cause in self.by_source if path.startswith(prefix)), None)
+
+
+@cache
+def fallback() -> Fallback:
+    table = load_toml("signatures.toml")["fallback"]
+    fb = Fallback(generic=table["generic"], watchdog=table["watchdog"], confidence=float(table["confidence"]),
+                  by_source=tuple(table["source"].items()),
+                  by_result={int(code): cause for code, cause in table["result"].items()})
+    for cause in (fb.generic, fb.watchdog, *dict(fb.by_source).values(), *fb.by_result.values()):
+        lookup_cause(cause)
+    return fb
 
 
 def _literals(row: dict[str, Any], pattern: str) -> tuple[str, ...]:

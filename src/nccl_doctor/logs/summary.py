@@ -10,6 +10,7 @@ from .collect import Collection, Event, Proc
 
 MAX_ROWS = 512
 MAX_UNRECOGNISED = 20
+UNSURE = 0.5  # below this confidence the report also lists the lines no signature explained
 
 
 def build_facts(col: Collection, findings: list[Finding]) -> dict[str, Any]:
@@ -26,8 +27,9 @@ def build_facts(col: Collection, findings: list[Finding]) -> dict[str, Any]:
                   if _worth_a_row(p, first_errors.get(id(p))) or (not findings and p.last_line)],
         "hosts": _hosts(col),
     }
-    if not findings:
+    if not findings or findings[0].confidence < UNSURE:  # unsure: show what else was seen
         facts["unrecognized"] = [_ev(e) for e in col.hints.get("error_line", [])[:MAX_UNRECOGNISED]]
+    if not findings:
         facts["unrecognized"] += [_ev(e) for e in col.events[:MAX_UNRECOGNISED]]
     return facts
 

@@ -197,9 +197,7 @@ def _nccl_nothing(rank: int, spec: str, names: Mapping[int, dict], host_of: Mapp
         return Finding("ifname-differs-between-hosts", "error",
                        f"NCCL_SOCKET_IFNAME={spec} matches no interface on {host} (rank {rank}), though it does "
                        f"on other hosts; {host} has: {have}", confidence=0.95, ranks=[rank], hosts=[host],
-                       evidence=evidence,
-                       fix=[f"List the names of every host (NCCL matches prefixes): e.g. "
-                            f"`export NCCL_SOCKET_IFNAME={spec},{_first_real(mine)}`."])
+                       evidence=evidence)
     return Finding("socket-ifname-no-match", "error",
                    f"NCCL_SOCKET_IFNAME={spec} matches no interface on {host} (rank {rank}); it has: {have}",
                    confidence=0.95, ranks=[rank], hosts=[host], evidence=evidence,

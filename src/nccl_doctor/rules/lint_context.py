@@ -62,16 +62,10 @@ class Context:
         for name, value in env.items():
             source, line = where(name) if where else ("environment", None)
             self.settings[name] = Setting(name, value, source, line)
-        self.shadowed: list[tuple[Setting, Setting]] = []  # (config-file entry, the setting that wins)
-        for conf in self.confs:
+        for conf in self.confs:  # NCCL's config files: the environment and earlier files win
             for entry in conf.get("entries", ()):
-                if "name" not in entry:
-                    continue
-                setting = Setting(entry["name"], entry["value"], conf["path"], entry["line"])
-                if entry["name"] in self.settings:
-                    self.shadowed.append((setting, self.settings[entry["name"]]))
-                else:
-                    self.settings[entry["name"]] = setting
+                if "name" in entry and entry["name"] not in self.settings:
+                    self.settings[entry["name"]] = Setting(entry["name"], entry["value"], conf["path"], entry["line"])
 
     # -------------------------------------------------------------- settings
 

@@ -16,7 +16,7 @@ def _on(s: Setting | None) -> bool:
 
 def _perf(s: Setting, cost: str, keep_if: str) -> Finding:
     return Finding("perf-setting", Severity.WARNING, f"{s.shown}: {cost}", confidence=0.7, evidence=[s.evidence()],
-                   fix=[f"`unset {s.name}` unless {keep_if}; compare with `nccl-doctor bench` before and after."])
+                   fix=[f"`unset {s.name}` unless {keep_if}."])
 
 
 def perf_settings(ctx: Context) -> Iterator[Finding]:

@@ -15,14 +15,14 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Evidence, Finding, Report, Severity
+from ..model import Evidence, Finding, Report
 from ..rules.consistency import ranks_text
 from .settings import Settings, phase_rule
 
 STACK_LINES = 8
 MIN_COMMON = 5  # collectives every rank reached, needed before arrival lags mean anything
-LATE_SHARE = 0.6  # a straggler is late at this share of the collectives, not once
 MAX_COMPARED = 64  # collectives compared per evaluation
+MIN_LATE = 3  # late arrivals needed: one slow step is not a straggler
 
 
 @dataclass
@@ -155,7 +155,7 @@ class Detector:
         waiting = f"ranks {ranks_text(front)}" if len(front) > 1 else f"rank {front[0]}"
         left = f"; the {timeout:.0f} s process-group timeout fires in {max(0.0, timeout - wait):.0f} s" if timeout else ""
         if rule is None and idle >= self.settings.hang_after:
-            top = (beat.get("stack") or ["(no stack published)"])[-1]
+            top = _innermost_python(beat.get("stack") or [])
             finding = Finding(
                 "rank-hang", "error",
                 f"{self.who(rank)} made no progress for {idle:.0f} s ({self._where(rank)}) while {waiting} "
@@ -209,12 +209,12 @@ class Detector:
         alive = self._running(now)
         if len(alive) < 2:
             return
-        lags = arrival_lags({r: self.views[r].beat.get("arrivals") or [] for r in alive})
-        period = self._period(alive)
+        lags, times = arrival_lags({r: self.views[r].beat.get("arrivals") or [] for r in alive})
+        span = times[-1] - times[0] if len(times) >= 2 else 0.0
         step_times = {r: self.views[r].beat.get("step_time") for r in alive if self.views[r].beat.get("step_time")}
         steps = {r: self.views[r].beat.get("step") for r in alive if self.views[r].beat.get("step") is not None}
         for rank in alive:
-            why = (self._late(rank, lags.get(rank), period) or self._slow_steps(rank, step_times)
+            why = (self._late(rank, lags.get(rank), span) or self._slow_steps(rank, step_times)
                    or self._steps_behind(rank, steps, now))
             self.streaks[rank] = self.streaks.get(rank, 0) + 1 if why else 0
             if why and self.streaks[rank] >= self.settings.straggler_polls:
@@ -227,33 +227,27 @@ class Detector:
                          f"loader skipping batches), CPU or GPU contention, or more work than the {len(others)} "
                          "others."]), new)
 
-    def _period(self, ranks: list[int]) -> float | None:
-        """The job's step time: ranks' own step times, else the spacing of their collectives."""
-        times = [self.views[r].beat["step_time"] for r in ranks if self.views[r].beat.get("step_time")]
-        if times:
-            return statistics.median(times)
-        spans = []
-        for r in ranks:
-            arrivals = self.views[r].beat.get("arrivals") or []
-            if len(arrivals) >= 3:
-                spans.append((arrivals[-1][1] - arrivals[0][1]) / (len(arrivals) - 1))
-        return statistics.median(spans) if spans else None
+    def _late(self, rank: int, lags: list[float] | None, span: float) -> tuple[str, list[Evidence]] | None:
+        """Late arrivals that, added up, hold every other rank up for a large share of the time.
 
-    def _late(self, rank: int, lags: list[float] | None, period: float | None) -> tuple[str, list[Evidence]] | None:
+        Only the first collective after the slow work is late (the ones right after it find everyone
+        there), so the measure is the waiting this rank causes per second, not how often it is late.
+        """
         s = self.settings
-        if not lags or len(lags) < MIN_COMMON:
+        if not lags or len(lags) < MIN_COMMON or span <= 0:
             return None
-        typical = statistics.median(lags)
-        late = sum(lag >= s.straggler_min_lag for lag in lags) / len(lags)
-        if typical < s.straggler_min_lag or late < LATE_SHARE or (period and typical < s.straggler_share * period):
+        late = [lag for lag in lags[1:] if lag >= s.straggler_min_lag]  # the span starts at the first one
+        held_up = sum(late) / span
+        if len(late) < MIN_LATE or held_up < s.straggler_share:
             return None
-        third = max(1, len(lags) // 3)
-        first, last = statistics.mean(lags[:third]), statistics.mean(lags[-third:])
+        typical = statistics.median(late)
+        third = max(1, len(late) // 3)
+        first, last = statistics.mean(late[:third]), statistics.mean(late[-third:])
         trend = f", rising from {first:.2f} s to {last:.2f} s" if last >= 2 * first + s.straggler_min_lag else ""
-        share = f": {typical / period:.0%} of the {period:.2f} s step, which every rank waits for" if period else ""
-        return (f"reaches collectives {typical:.2f} s after the others (median over the last {len(lags)}{trend}){share}",
-                [Evidence(self.who(rank), f"arrival lag at the last collectives: "
-                                          + " ".join(f"{lag:.2f}" for lag in lags[-8:]) + " s")])
+        return (f"reaches collectives {typical:.2f} s after the others ({len(late)} late arrivals among the last "
+                f"{len(lags)} collectives{trend}): every other rank waits for it {min(held_up, 1.0):.0%} of the time",
+                [Evidence(self.who(rank), "arrival lag at the last collectives: "
+                                          + " ".join(f"{lag:.2f}" for lag in lags[-10:]) + " s")])
 
     def _slow_steps(self, rank: int, step_times: dict[int, float]) -> tuple[str, list[Evidence]] | None:
         if rank not in step_times or len(step_times) < 2:
@@ -322,8 +316,9 @@ class Detector:
         return Report(command, findings, facts)
 
 
-def arrival_lags(arrivals: dict[int, list]) -> dict[int, list[float]]:
-    """For collectives every rank reached within its recent window: how late each rank got there.
+def arrival_lags(arrivals: dict[int, list]) -> tuple[dict[int, list[float]], list[float]]:
+    """For collectives every rank reached within its recent window: how late each rank got there, and
+    the reference time of each of those collectives.
 
     arrivals[r] = [(seq, wall time when r was first seen at or past seq), ...] in order; the first entry
     may predate the window (the rank was already there), so only later sequence numbers count. The
@@ -331,17 +326,25 @@ def arrival_lags(arrivals: dict[int, list]) -> dict[int, list[float]]:
     others lag about 0 and the straggler by how much it holds them up.
     """
     if len(arrivals) < 2 or any(len(a) < 2 for a in arrivals.values()):
-        return {}
+        return {}, []
     lo = max(a[0][0] for a in arrivals.values()) + 1
     hi = min(a[-1][0] for a in arrivals.values())
     if hi < lo:
-        return {}
+        return {}, []
     seqs = {r: [s for s, _ in a] for r, a in arrivals.items()}
     seen = sorted({s for ranks in seqs.values() for s in ranks if lo <= s <= hi})[-MAX_COMPARED:]
     lags: dict[int, list[float]] = {r: [] for r in arrivals}
+    times = []
     for n in seen:
         at = {r: arrivals[r][bisect.bisect_left(seqs[r], n)][1] for r in arrivals}
         reference = statistics.median_low(at.values())
+        times.append(reference)
         for r, t in at.items():
             lags[r].append(t - reference)
-    return lags
+    return lags, times
+
+
+def _innermost_python(stack: list[str]) -> str:
+    """The innermost frame in Python code (py-spy's native frames below it say less to most readers)."""
+    python = [line for line in stack if ".py:" in line]
+    return (python or stack or ["(no stack published)"])[-1]

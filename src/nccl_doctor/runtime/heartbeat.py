@@ -149,16 +149,17 @@ class Heartbeat(threading.Thread):
         return beat
 
     def _stack(self) -> dict[str, Any]:
-        thread = self.progress.thread_id
+        p = self.progress
         if self.stacks in ("auto", "py-spy") and py_spy_available():
             if not self.spy:
                 self.spy["pending"] = True
-                threading.Thread(target=self._spy, args=(thread,), daemon=True, name="nccl-doctor-py-spy").start()
+                threading.Thread(target=self._spy, args=((p.native_id, p.thread_id),), daemon=True,
+                                 name="nccl-doctor-py-spy").start()
             if self.spy.get("stack"):
                 return {"stack": self.spy["stack"], "stack_source": "py-spy"}
-        return {"stack": python_stack(thread), "stack_source": "python"}
+        return {"stack": python_stack(p.thread_id), "stack_source": "python"}
 
-    def _spy(self, thread: int | None) -> None:
+    def _spy(self, thread: tuple[int | None, int | None]) -> None:
         stack = py_spy_stack(os.getpid(), thread)
         if stack:
             self.spy["stack"] = stack

@@ -49,7 +49,8 @@ def identity(group: Any = None, env: Mapping[str, str] | None = None) -> Identit
     else:
         raise InputError("not in a distributed job: no process group and no launcher variables (RANK, WORLD_SIZE); "
                          "call init_process_group first or start the script with torchrun")
-    return Identity(rank, size, socket.gethostname(), world.run_id if world else "job", world)
+    run_id = world.run_id if world and world.launcher in ("torchrun", "slurm") else "job"
+    return Identity(rank, size, socket.gethostname(), run_id, world)
 
 
 def _dist_if_initialized() -> Any:

@@ -58,7 +58,6 @@ def print_finding(out: TextIO | None = None) -> Callable[[Finding], None]:
         from ..render.text import render_text
 
         render_text(Report("watch", [finding]), out or sys.stderr)
-        log.warning("nccl-doctor watch: %s [%s] %s", finding.severity.value, finding.cause, finding.message)
 
     return show
 
@@ -76,7 +75,8 @@ class MonitorThread(threading.Thread):
 
     def run(self) -> None:
         failures = 0
-        while not self.halt.wait(self.settings.beat):
+        while not self.halt.is_set():
+            self.halt.wait(self.settings.beat)
             try:
                 if self.monitor is None:
                     store = self.connect()
@@ -105,8 +105,14 @@ class MonitorThread(threading.Thread):
         if self.is_alive() and self is not threading.current_thread():
             self.join(timeout)
 
-    def report(self) -> Report:
+    def report(self, refresh: bool = False) -> Report:
+        """The detector's report; refresh=True (once the thread has stopped) reads the latest beats first."""
         if self.monitor is None:
-            return Report("watch")
+            return Report("watch", facts={"world_size": self.world_size, "note": "the store was never reached"})
         with self.lock:
+            if refresh:
+                try:
+                    self.monitor.poll()
+                except Exception as exc:
+                    log.debug("nccl-doctor: final poll failed: %s", exc)
             return self.monitor.report()

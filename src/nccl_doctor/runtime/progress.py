@@ -26,6 +26,10 @@ class Progress:
         self.phase = TRAIN
         self.phase_at = time.monotonic()
         self.thread_id = threading.main_thread().ident  # whose stack a stalled rank publishes
+        self.native_id = threading.main_thread().native_id
+
+    def watch_this_thread(self) -> None:
+        self.thread_id, self.native_id = threading.get_ident(), threading.get_native_id()
 
     def mark_step(self, step: int | None = None) -> None:
         now = time.monotonic()

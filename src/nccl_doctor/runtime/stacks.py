@@ -51,30 +51,32 @@ def py_spy_available() -> bool:
     return py_spy_path() is not None
 
 
-def py_spy_stack(pid: int, thread_id: int | None, timeout: float = PY_SPY_TIMEOUT) -> list[str] | None:
-    """py-spy's dump of one thread (None when py-spy is missing, not permitted, or too slow)."""
+def py_spy_stack(pid: int, thread: tuple[int | None, int | None], timeout: float = PY_SPY_TIMEOUT) -> list[str] | None:
+    """py-spy's dump of one thread, given as (native id, Python ident); None when py-spy is missing,
+    not permitted to read the process, or too slow."""
     exe = py_spy_path()
     if exe is None:
         return None
     try:
-        done = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout,
+        done = subprocess.run([exe, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):
         return None
     if done.returncode != 0:
         return None
-    return _one_thread(done.stdout, thread_id) or None
+    return one_thread(done.stdout, *thread) or None
 
 
-def _one_thread(dump: str, thread_id: int | None) -> list[str]:
-    """py-spy prints 'Thread 0x7F.. (active): "MainThread"' blocks, innermost first: keep ours, outermost first."""
-    blocks = re.split(r"\n(?=Thread 0x)", dump)
-    wanted = f"Thread {thread_id:#x}".lower() if thread_id is not None else None
-    chosen = next((b for b in blocks if wanted and b.lower().startswith(wanted)), None)
-    if chosen is None:
-        return []
-    frames = [ln.strip() for ln in chosen.splitlines()[1:] if ln.strip()]
-    return list(reversed(frames))[-MAX_FRAMES:]
+def one_thread(dump: str, native_id: int | None, ident: int | None) -> list[str]:
+    """py-spy prints 'Thread 22663 (idle)' blocks (older releases: 'Thread 0x7F..'), innermost frame first:
+    keep our thread's frames, outermost first like Python's own stacks."""
+    names = {f"thread {native_id} ", f"thread {ident:#x} " if ident is not None else None} - {None}
+    for block in re.split(r"\n(?=Thread )", dump):
+        head, _, body = block.partition("\n")
+        if any(f"{head.lower()} ".startswith(n) for n in names):
+            frames = [ln.strip() for ln in body.splitlines() if ln.strip()]
+            return list(reversed(frames))[-MAX_FRAMES:]
+    return []
 
 
 class FrozenGuard:

@@ -14,7 +14,6 @@ write per step() and nothing else; the threads are daemons and stop quietly when
 from __future__ import annotations
 
 import atexit
-import logging
 import threading
 import time
 from types import TracebackType
@@ -27,7 +26,6 @@ from .monitor import MonitorThread, print_finding
 from .progress import PROGRESS, phase
 from .settings import Settings
 
-log = logging.getLogger("nccl_doctor")
 _active: Watch | None = None
 _lock = threading.Lock()
 
@@ -39,7 +37,7 @@ class Watch:
                  detect: bool | None = None, on_finding: Callable[[Finding], None] | None = None,
                  stacks: str = "auto", frozen_guard: bool = True) -> None:
         self.ident, self.settings, self.store = ident, settings, store
-        PROGRESS.thread_id = threading.get_ident()  # the thread that starts the watch is the one to watch
+        PROGRESS.watch_this_thread()  # the thread that starts the watch is the one whose stack matters
         self.heartbeat = Heartbeat(ident.rank, ident.host, PROGRESS, settings, self._connect, group, stacks,
                                    frozen_guard)
         self.monitor: MonitorThread | None = None
@@ -84,7 +82,7 @@ class Watch:
         with _lock:
             if _active is self:
                 _active = None
-        report = self.report()
+        report = self.monitor.report(refresh=True) if self.monitor else self.report()
         if self.monitor and self._printing:
             for finding in report.findings:
                 if finding.cause == "pg-timeout-unfit":  # measured at the end, not shown live

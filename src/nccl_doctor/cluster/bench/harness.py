@@ -17,8 +17,7 @@ from ..collectives import Collective, Spec
 from .options import DATATYPES
 
 PINGS, PING_WARMUP = 20, 3  # small-message round trips per pair (latency), and untimed ones before
-STREAMS = 3  # timed streams per direction; the best one counts (scheduling noise only ever slows one down)
-STREAM_BUDGET_S = 1.0  # time one direction's streams may take together, so a crawling link stays bounded
+STREAMS = 5  # timed streams per direction; the best one counts (scheduling noise only ever slows one down)
 SMALL_ELEMENTS = 2  # 8 bytes of float32: the latency message
 
 
@@ -83,10 +82,11 @@ def time_op(entry: Collective, count: int, rank: int, n: int, like: Any, spec: S
 class Pair:
     """Both ends run the same calls in the same order; `first` says which end speaks first."""
 
-    def __init__(self, peer: int, first: bool, message_bytes: int, most: int, device: Any, wait: timedelta) -> None:
+    def __init__(self, peer: int, first: bool, message_bytes: int, seconds: float, device: Any,
+                 wait: timedelta) -> None:
         import torch
 
-        self.peer, self.first, self.most, self.device, self.wait = peer, first, max(1, most), device, wait
+        self.peer, self.first, self.seconds, self.device, self.wait = peer, first, seconds, device, wait
         self.big = torch.ones(max(1, message_bytes // 4), dtype=torch.float32, device=device)
         self.small = torch.ones(SMALL_ELEMENTS, dtype=torch.float32, device=device)
         self.number = torch.zeros(1, dtype=torch.int64, device=device)
@@ -125,12 +125,14 @@ class Pair:
     def stream_out(self) -> float:
         """Bytes per second this end sends to the peer: the best of STREAMS timed streams of k messages.
 
-        The time runs until the peer's small acknowledgement arrives, so it includes one latency."""
+        k fills the time budget (at least one message per stream), so a fast link is measured over a
+        window long enough to average out scheduling noise and a crawling one stays bounded. The time
+        runs until the peer's small acknowledgement arrives, so it includes one latency."""
         started = time.perf_counter()
         self._move([self.big], True)  # one message first: warms the path and tells how long one takes
         self._move([self.small], False)
         one = time.perf_counter() - started
-        k = int(min(self.most, max(1, STREAM_BUDGET_S / (STREAMS * max(one, 1e-9)))))
+        k = max(1, int(self.seconds / (STREAMS * max(one, 1e-9))))
         self.number.fill_(k)
         self._move([self.number], True)
         best = 0.0

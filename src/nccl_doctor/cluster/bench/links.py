@@ -56,9 +56,9 @@ class Link:
 @dataclass(frozen=True)
 class Limits:
     slow_fraction: float = 0.5
-    asymmetry: float = 2.0
-    latency_factor: float = 4.0
-    latency_floor_us: float = 50.0
+    asymmetry: float = 3.0
+    latency_factor: float = 8.0
+    latency_floor_us: float = 25.0
     line_fraction: float = 0.4
 
     @classmethod
@@ -82,6 +82,21 @@ def reference(links: list[Link], value: Callable[[Link], float], best: Callable[
         for node in link.ends():
             per_node.setdefault(node, []).append(value(link))
     return statistics.median(best(values) for values in per_node.values())
+
+
+def suspects(links: list[Link], limits: Limits) -> list[Link]:
+    """Links that look slow or asymmetric: worth measuring again, alone, before anyone is blamed."""
+    if not links:
+        return []
+    bw_ref = reference(links, lambda l: l.rate, max)
+    lat_ref = reference(links, lambda l: l.latency_us, min)
+    return [l for l in links if _why_slow(l, bw_ref, lat_ref, limits) or l.skew >= limits.asymmetry]
+
+
+def best_of(first: Link, again: Link) -> Link:
+    """Two measurements of one link: load from elsewhere only ever slows one down, so keep the better."""
+    return Link(first.a, first.b, max(first.ab, again.ab), max(first.ba, again.ba),
+                min(first.latency_us, again.latency_us))
 
 
 def judge_links(nodes: dict[str, Node], links: list[Link], limits: Limits) -> list[Finding]:
@@ -125,7 +140,10 @@ def _evidence(links: Iterable[Link]) -> list[Evidence]:
     return [Evidence("link matrix", l.text()) for l in links]
 
 
-def _checks_on(node: Node) -> str:
+def _checks_on(node: Node, peer: Node | None = None) -> str:
+    if peer is not None and peer.host == node.host:  # two ranks of one host: GPUs' links, or the CPU
+        return (f"Inside {node.host}: `nvidia-smi topo -m` and `nvidia-smi nvlink --status` for the GPUs' path, "
+                f"and `top` for CPU contention between the ranks.")
     iface = node.iface or "IFACE"
     return (f"On {node.host}: `tc qdisc show dev {iface}` (traffic shaping), `ethtool {iface}` (speed, duplex), "
             f"`ip -s link show {iface}` (errors, drops).")
@@ -150,19 +168,19 @@ def _slow_link(nodes: dict[str, Node], link: Link, why: str) -> Finding:
     return Finding("slow-link", "error", f"the link {link.a} <-> {link.b} is slow: {why}", confidence=0.8,
                    ranks=[a.rank, b.rank], hosts=sorted({a.host, b.host}), evidence=_evidence([link]),
                    fix=[f"Measure that pair alone: `nccl-doctor bench --matrix` on {a.host} and {b.host} only; "
-                        f"then check the cable, switch ports and routes between them.", _checks_on(a)])
+                        f"then check the cable, switch ports and routes between them.", _checks_on(a, b)])
 
 
 def _asymmetric(nodes: dict[str, Node], link: Link) -> Finding:
     sender, receiver = (link.a, link.b) if link.ab < link.ba else (link.b, link.a)
     slow_rate, fast_rate = min(link.ab, link.ba), max(link.ab, link.ba)
-    node = nodes[sender]
+    node, peer = nodes[sender], nodes[receiver]
     return Finding("asymmetric-link", "warning",
                    f"{sender} -> {receiver} runs at {rate_text(slow_rate)}, {link.skew:.1f}x slower than "
                    f"{receiver} -> {sender} ({rate_text(fast_rate)})", confidence=0.7,
                    ranks=[nodes[link.a].rank, nodes[link.b].rank],
                    hosts=sorted({nodes[link.a].host, nodes[link.b].host}), evidence=_evidence([link]),
-                   fix=[_checks_on(node)])
+                   fix=[_checks_on(node, peer)])
 
 
 def _line_bytes(nodes: dict[str, Node], link: Link) -> float | None:
@@ -184,7 +202,7 @@ def _below_line_rate(nodes: dict[str, Node], below: list[Link], total: int, limi
     share = _line_share(nodes, worst) or 0.0
     message = (f"{len(below)} of {total} links reach less than {limits.line_fraction:.0%} of the line rate their "
                f"hardware reports; worst {worst.a} <-> {worst.b}: {rate_text(max(worst.ab, worst.ba))}, "
-               f"{share:.1%} of {slower.line_gbps:g} Gbit/s ({slower.via})")
+               f"{share * 100:.2g}% of {slower.line_gbps:g} Gbit/s ({slower.via})")
     involved = {nodes[n] for l in below for n in l.ends()}
     return Finding("below-line-rate", "warning", message, confidence=0.6,
                    ranks=sorted(n.rank for n in involved), hosts=sorted({n.host for n in involved}),

@@ -6,19 +6,24 @@ the same time, each pair with point-to-point send/recv over the job's process gr
 ping-pong for latency, then a stream of large messages each way. A barrier closes every round, and
 each round is one store step that the judge holds to the deadline. First, each node says what line
 rate its network hardware reports (interface speed, IB port rate), from the fingerprint's facts.
+Links that look slow or asymmetric are then measured again, one at a time, and the better of the two
+measurements is judged: nothing is blamed on a pair that was only disturbed by its round's neighbours
+(sharing a switch uplink, or CPUs) or by a moment's load.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..judge import MARGIN, JudgeContext, Outcome, Stage
 from ..watchdog import error_findings, missing_findings
-from .links import Limits, Link, Node, judge_links
+from .links import Limits, Link, Node, best_of, judge_links, suspects
 from .options import BenchOptions
 from .schedule import round_robin
 from .sweep import progress_bar
+
+MAX_AGAIN = 3  # rounds of measuring suspicious links again
 
 
 def nodes_of(scope: str | None, hosts: Mapping[str, list[int]]) -> list[int]:
@@ -72,61 +77,113 @@ def on_rank(ctx: Any) -> None:
     ctx.publish("matrix.line", line_rate(ctx.env, facts, ctx.plan["backend"]) if taking_part else {})
     device = device_of(ctx)
     wait = timedelta(seconds=options.timeout + MARGIN)
-    for index, pairs in enumerate(round_robin(len(nodes))):
-        step = f"matrix.{index}"
-        ctx.mark(step)
-        result: dict = {}
-        try:
-            for a, b in pairs:
-                if ctx.rank in (nodes[a], nodes[b]):
-                    first = ctx.rank == nodes[a]
-                    pair = Pair(nodes[b] if first else nodes[a], first, options.message_bytes(ctx.plan["backend"]),
-                                options.matrix_iters, device, wait)
-                    result = pair.measure()
-            barrier(device, wait)  # rounds do not overlap
-        except Exception as exc:
-            ctx.publish(step, {"error": f"{type(exc).__name__}: {exc}"})
-            return
-        ctx.publish(step, result)
+
+    def run_rounds(rounds: list[list[tuple[int, int]]], prefix: str) -> bool:
+        for index, pairs in enumerate(rounds):
+            step = f"{prefix}.{index}"
+            ctx.mark(step)
+            result: dict = {}
+            try:
+                for a, b in pairs:
+                    if ctx.rank in (nodes[a], nodes[b]):
+                        first = ctx.rank == nodes[a]
+                        pair = Pair(nodes[b] if first else nodes[a], first,
+                                    options.message_bytes(ctx.plan["backend"]), options.matrix_time, device, wait)
+                        result = pair.measure()
+                barrier(device, wait)  # rounds do not overlap
+            except Exception as exc:
+                ctx.publish(step, {"error": f"{type(exc).__name__}: {exc}"})
+                return False
+            ctx.publish(step, result)
+        return True
+
+    going, attempt = run_rounds(round_robin(len(nodes)), "matrix"), 0
+    while going:  # the judge names pairs to measure again, alone, until it names none
+        again = ctx.verdict(f"matrix.again.{attempt}").get("retest", [])
+        going = bool(again) and run_rounds([[tuple(pair)] for pair in again], f"matrix.retest.{attempt}")
+        attempt += 1
 
 
 # ------------------------------------------------------------------ judge side
 
 def on_judge(ctx: JudgeContext) -> Outcome:
     options: BenchOptions = ctx.options  # type: ignore[assignment]
-    ranks = nodes_of(options.matrix, ctx.plan["hosts"])
+    backend, ranks = ctx.plan["backend"], nodes_of(options.matrix, ctx.plan["hosts"])
     lines = ctx.gather("matrix.line")
     nodes = {r: _node(ctx, r, options.matrix, lines.results.get(r, {})) for r in ranks}
     rounds = round_robin(len(ranks))
-    links: list[Link] = []
+    limits, judged = Limits.load(backend), _judged(backend, nodes)
     findings = missing_findings(ctx, "the link matrix", lines.missing)
-    with progress_bar(options.show_progress and not findings, len(rounds), "link matrix") as advance:
-        for index, pairs in enumerate(rounds if not findings else []):
-            step = f"matrix.{index}"
+    links: list[Link] = []
+    if not findings:
+        links, findings = _measured(ctx, options, rounds, ranks, nodes, "matrix")
+    links, retested, findings = _again(ctx, options, links, ranks, nodes, limits, judged, findings)
+    if not findings:
+        findings = judge_links({n.label: n for n in nodes.values()}, judged(links), limits)
+    ctx.facts["matrix"] = {
+        "scope": options.matrix, "message_bytes": options.message_bytes(backend), "rounds": len(rounds),
+        "retested": [f"{l.a} <-> {l.b}" for l in retested],
+        "nodes": [{"label": n.label, "rank": n.rank, "host": n.host, "line_gbps": n.line_gbps, "via": n.via}
+                  for n in nodes.values()],
+        "links": [{"a": l.a, "b": l.b, "ab_Bps": l.ab, "ba_Bps": l.ba, "latency_us": round(l.latency_us, 2)}
+                  for l in links]}
+    unjudged = len(links) - len(judged(links))
+    return Outcome.judged(findings, f"{len(links)} links in {len(rounds)} round{'s' if len(rounds) != 1 else ''}"
+                                    + (f", {len(retested)} measured again alone" if retested else "")
+                                    + (f"; {unjudged} inside a host not judged (Gloo: loopback)" if unjudged else ""))
+
+
+def _judged(backend: str, nodes: dict[int, Node]) -> Callable[[list[Link]], list[Link]]:
+    """The links to judge: under Gloo two ranks of one host talk over loopback TCP, which measures their CPUs."""
+    host_of = {n.label: n.host for n in nodes.values()}
+    if backend == "nccl":
+        return lambda links: links
+    return lambda links: [l for l in links if host_of[l.a] != host_of[l.b]]
+
+
+def _again(ctx: JudgeContext, options: BenchOptions, links: list[Link], ranks: list[int], nodes: dict[int, Node],
+           limits: Limits, judged: Callable[[list[Link]], list[Link]],
+           findings: list) -> tuple[list[Link], list[Link], list]:
+    """Measure suspicious links again, one pair at a time, keeping the better figures; a better figure
+    moves the references, so look again (at most MAX_AGAIN times). Every decision tells the ranks."""
+    index_of = {nodes[r].label: i for i, r in enumerate(ranks)}
+    retested: list[Link] = []
+    for attempt in range(MAX_AGAIN + 1):
+        done = {(l.a, l.b) for l in retested}
+        fresh = [] if findings or attempt == MAX_AGAIN else \
+            [l for l in suspects(judged(links), limits) if (l.a, l.b) not in done]
+        pairs = [[index_of[l.a], index_of[l.b]] for l in fresh]
+        ctx.exchange.decide(f"matrix.again.{attempt}", {"retest": pairs})
+        if not pairs:
+            break
+        again, findings = _measured(ctx, options, [[tuple(p)] for p in pairs], ranks, nodes, f"matrix.retest.{attempt}")
+        better = {(l.a, l.b): l for l in again}
+        links = [best_of(l, better[(l.a, l.b)]) if (l.a, l.b) in better else l for l in links]
+        retested += fresh
+    return links, retested, findings
+
+
+def _measured(ctx: JudgeContext, options: BenchOptions, rounds: list, ranks: list[int], nodes: dict[int, Node],
+              prefix: str) -> tuple[list[Link], list]:
+    """Gather the rounds' results into links; on a failure, the findings that name who and where."""
+    links: list[Link] = []
+    title = "link matrix" if prefix == "matrix" else "link matrix, again"
+    with progress_bar(options.show_progress, len(rounds), title) as advance:
+        for index, pairs in enumerate(rounds):
+            step = f"{prefix}.{index}"
             got = ctx.gather(step)
             what = "the link test of " + ", ".join(f"{nodes[ranks[a]].label} <-> {nodes[ranks[b]].label}"
                                                     for a, b in pairs)
             errors = {r: p["error"] for r, p in got.results.items() if "error" in p}
             if got.missing or errors:
-                findings = missing_findings(ctx, what, got.missing, enter_step=step) + \
+                return links, missing_findings(ctx, what, got.missing, enter_step=step) + \
                     error_findings(ctx, what, errors, fallback="collective-timeout")
-                break
             for a, b in pairs:
                 first, second = got.results[ranks[a]], got.results[ranks[b]]
                 links.append(Link(nodes[ranks[a]].label, nodes[ranks[b]].label, first["send_Bps"],
                                   second["send_Bps"], first["latency_us"]))
             advance(f"round {index + 1}/{len(rounds)}")
-    by_label = {n.label: n for n in nodes.values()}
-    if not findings:
-        findings = judge_links(by_label, links, Limits.load(ctx.plan["backend"]))
-    ctx.facts["matrix"] = {
-        "scope": options.matrix, "message_bytes": options.message_bytes(ctx.plan["backend"]),
-        "rounds": len(rounds), "nodes": [{"label": n.label, "rank": n.rank, "host": n.host, "line_gbps": n.line_gbps,
-                                          "via": n.via} for n in nodes.values()],
-        "links": [{"a": l.a, "b": l.b, "ab_Bps": l.ab, "ba_Bps": l.ba, "latency_us": round(l.latency_us, 2)}
-                  for l in links]}
-    measured = f"{len(links)} links in {len(rounds)} round{'s' if len(rounds) != 1 else ''}"
-    return Outcome.judged(findings, measured)
+    return links, []
 
 
 def _node(ctx: JudgeContext, rank: int, scope: str | None, line: dict) -> Node:

@@ -37,7 +37,7 @@ class BenchOptions(Options):
     average: int = 3
     matrix: str | None = None  # "hosts": one rank per host; "ranks": every pair of ranks
     matrix_bytes: int | None = None  # None: DEFAULT_MATRIX_BYTES of the backend
-    matrix_iters: int = 10  # most messages per stream
+    matrix_time: float = 0.5  # seconds of streaming per direction of each pair
     show_progress: bool = False  # a progress bar on the judge's terminal
 
     def max_bytes(self, backend: str) -> int:

@@ -128,6 +128,15 @@ def combine(times: list[float], average: int) -> float:
     return {0: lambda t: t[0], 1: statistics.fmean, 2: min, 3: max}[average](times)
 
 
+def algbw_of(size: int, us: float) -> float:
+    """GB/s (1e9 bytes) of a message of `size` bytes taking `us` microseconds, as nccl-tests counts it."""
+    return size / (us * 1e-6) / 1e9 if us > 0 else 0.0
+
+
+def busbw_of(collective: str, size: int, us: float, nranks: int) -> float:
+    return algbw_of(size, us) * COLLECTIVES[collective].bus_factor(nranks)
+
+
 def row(cell: Cell, results: dict[int, dict], options: BenchOptions, n: int) -> dict:
     """nccl-tests' row for one size, with each rank's own time kept for the report."""
     entry = COLLECTIVES[cell.collective]
@@ -141,10 +150,9 @@ def row(cell: Cell, results: dict[int, dict], options: BenchOptions, n: int) -> 
             out[layout] = None  # torch offers this collective only in the other form
             continue
         us = combine([p["us"] for p in per_rank], options.average)
-        algbw = cell.size / (us * 1e-6) / 1e9 if us > 0 else 0.0
         wrong = [p["wrong"] for p in per_rank]
-        out[layout] = {"time_us": round(us, 3), "algbw": round(algbw, 6),
-                       "busbw": round(algbw * entry.bus_factor(n), 6),
+        out[layout] = {"time_us": round(us, 3), "algbw": round(algbw_of(cell.size, us), 6),
+                       "busbw": round(busbw_of(cell.collective, cell.size, us, n), 6),
                        "wrong": None if None in wrong else sum(wrong),
                        "rank_us": [round(p["us"], 3) for p in per_rank],
                        "wrong_detail": {str(r): results[r][layout]["detail"] for r in sorted(results)

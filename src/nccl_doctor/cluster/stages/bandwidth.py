@@ -81,8 +81,15 @@ def on_judge(ctx: JudgeContext) -> Outcome:
             sample.append({"a": ctx.host(a), "b": ctx.host(b), "ranks": [a, b], "gbps": round(gbps, 3)})
     findings += bandwidth_findings(sample)
     ctx.facts["bandwidth"] = sample
-    shown = ", ".join(f"{s['a']}<->{s['b']} {s['gbps']:.1f} Gbit/s" for s in sample[:4])
+    shown = ", ".join(f"{_link_name(s)} {s['gbps']:.1f} Gbit/s" for s in sample[:4])
     return Outcome.judged(findings, shown + (" ..." if len(sample) > 4 else ""))
+
+
+def _link_name(sample: dict) -> str:
+    a, b = sample["ranks"]
+    if sample["a"] == sample["b"]:
+        return f"{sample['a']} rank {a}<->{b}"
+    return f"{sample['a']}<->{sample['b']}"
 
 
 def skip(ctx: JudgeContext) -> str | None:

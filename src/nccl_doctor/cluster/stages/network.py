@@ -37,12 +37,12 @@ def on_judge(ctx: JudgeContext) -> Outcome:
     roles = ["nccl"] if ctx.plan.get("backend") == "nccl" else ["gloo"]
     findings, facts = network_findings(hosts, roles)
     ctx.facts["network"] = {"listeners": targets, **facts}
-    if not findings and len(hosts) > 1:  # measured, not guessed: a static doubt about the interface is settled
-        for f in ctx.findings:
-            if f.cause == "wrong-interface-selected" and f.severity == "warning":
-                f.severity = Severity.INFO
-                f.evidence.append(Evidence("check: network stage", "every host reached every other host's "
-                                                                   "selected address"))
+    blamed = {h for f in findings for h in f.hosts}
+    for f in ctx.findings:  # measured, not guessed: lint's doubt about a host that every other host reached
+        if (f.cause == "wrong-interface-selected" and f.severity == "warning" and len(hosts) > 1
+                and not set(f.hosts) & blamed):
+            f.severity, f.fix = Severity.INFO, []
+            f.evidence.append(Evidence("check: network stage", "every other host reached this host's selected address"))
     for f in findings:
         f.ranks = sorted(r for h in f.hosts for r in ctx.plan["hosts"].get(h, []))
     suggestions = facts["suggestion"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from ...model import Evidence, Finding
 from ...rules.consistency import ranks_text
@@ -21,8 +22,11 @@ def on_rank(ctx) -> None:
     ctx.publish("rendezvous", me)
 
 
+STARTUP = 15.0  # starting Python and importing torch is not the check's work: ranks get this much extra
+
+
 def on_judge(ctx: JudgeContext) -> Outcome:
-    got = ctx.gather("rendezvous")
+    got = ctx.gather("rendezvous", deadline=time.monotonic() + ctx.options.timeout + STARTUP)
     ctx.identities = got.results
     findings = _duplicates(ctx) + _world_size_disagreements(ctx) + _missing(ctx, got.missing)
     hosts: dict[str, list[int]] = {}
@@ -79,7 +83,7 @@ def _missing(ctx: JudgeContext, missing: list[int]) -> list[Finding]:
         findings.append(Finding(
             "store-timeout", "error",
             f"rank{'s' if len(unexplained) > 1 else ''} {ranks_text(unexplained)} of {ctx.world_size} never joined "
-            f"the store within {ctx.options.timeout:g} s" + (f" ({len(ended)} ended before joining)" if ended else ""),
+            f"the store within {ctx.options.timeout + STARTUP:g} s" + (f" ({len(ended)} ended before joining)" if ended else ""),
             confidence=0.9, ranks=unexplained, evidence=evidence or [Evidence("store", f"{len(ctx.identities)} of "
                                                                               f"{ctx.world_size} ranks joined")]))
     return findings
@@ -91,4 +95,4 @@ def _exit_words(code: int) -> str:
     return exit_words(code)
 
 
-STAGE = Stage("rendezvous", "Rendezvous", on_rank, on_judge)
+STAGE = Stage("rendezvous", "Rendezvous", on_rank, on_judge, patience=STARTUP)

@@ -1,0 +1,342 @@
+"""Whose fault a collective timeout is.
+
+The ranks that report a timeout are the ones that waited; the culprit is a rank that did not. The evidence,
+strongest first:
+
+1. ranks that time out in different collectives at the same SeqNum: mismatched collectives;
+2. a rank that lags (desync report, flight-recorder dump, lower SeqNum, never enqueued the collective, silent
+   in per-rank logs, NCCL COLL calls behind): it hung or straggled - unless the log shows one-rank work;
+3. one-rank work (timeout_rank0_only_work): the log shows checkpointing, evaluation, preprocessing or
+   'on rank 0' work around the timeout (strong); or the waiting ranks sit in a synchronisation point - a
+   barrier, a one-element all-reduce, a broadcast - and rank 0 is not among them (weak: a rank that stopped
+   issuing collectives looks the same, so that alternative is kept under the finding);
+4. CUDA-graph captured collectives (vLLM) with nobody lagging;
+5. otherwise a timeout whose culprit the logs do not show.
+
+If rank 0 itself reports the timeout it was waiting too, so the work was not on rank 0 alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from .candidates import Candidate, Context, compact, culprits, hosts_of, last_lines, who
+from .collect import Event
+
+TIMEOUT_SIGS = ("watchdog-timeout", "blocking-wait-timeout", "gloo-timeout", "nonblocking-init-timeout",
+                "watchdog-timeout-stack")
+# Context hints: what the one-rank work was (the latest one seen names the sub-cause).
+CONTEXT = (("checkpoint", "checkpoint save/load", "checkpoint-io"),
+           ("evaluation", "evaluation/prediction", "rank0-evaluation"),
+           ("preprocessing", "data preprocessing", "rank0-preprocessing"))
+RECENT_LINES = 2000  # context further back than this in the timed-out file is an earlier phase of the job
+EARLY_SEQ = 3  # a collective this early runs before training: setup barriers after preprocessing/loading
+EXPLAINS = {"collective-timeout", "rank-died", "store-wait-timeout", "rank-hang", "nccl-internal-error"}
+
+
+@dataclass
+class Seen:
+    """What the timeout lines say."""
+
+    events: list[Event]  # every timeout line, with or without details
+    store_waits: list[Event]
+    detailed: list[Event] = field(init=False)  # the ones that name the collective
+    timed_out: set[int] = field(init=False)
+    seqs: dict[int, int] = field(init=False)
+    timeout_ms: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.detailed = [e for e in self.events if e.caps.get("op")]
+        self.timed_out = {e.rank for e in self.events if e.rank is not None}
+        self.seqs = {e.rank: int(e.caps["seq"]) for e in self.detailed if e.rank is not None and e.caps.get("seq")}
+        self.timeout_ms = max((int(e.caps.get("timeout_ms") or e.caps.get("ms") or 0) for e in self.events),
+                              default=0)
+
+    @property
+    def all(self) -> list[Event]:
+        return self.events + self.store_waits
+
+
+def rule_timeouts(ctx: Context, cands: dict[str, Candidate]) -> None:
+    """Whose fault is a collective timeout: lagging ranks, mismatched collectives, rank-0-only work."""
+    before = {name: id(c) for name, c in cands.items()}
+    _judge(ctx, cands)
+    for name, cand in cands.items():
+        if before.get(name) != id(cand):
+            cand.evidence_limit = 4  # near-identical timeout lines from many ranks: a few tell the story
+
+
+def _judge(ctx: Context, cands: dict[str, Candidate]) -> None:
+    seen = Seen(ctx.events_of(*TIMEOUT_SIGS), ctx.events_of("store-wait-timeout"))
+    if not seen.all:
+        return
+    cands.pop("collective-timeout", None)
+    cands.pop("store-wait-timeout", None)
+    summary = _summary(seen)
+    known = cands.get("collective-mismatch")
+    if known is not None and known.weight >= 80:  # a mismatch error already explains why they waited
+        cands["collective-timeout"] = Candidate(
+            cause="collective-timeout", weight=30, confidence=0.4, role="timeout", message=summary,
+            events=seen.all, ranks=seen.timed_out)
+        return
+    mismatch = _mismatched_at_same_seq(seen.detailed)
+    if mismatch:
+        guilty, text = mismatch
+        cands["collective-mismatch"] = Candidate(
+            cause="collective-mismatch", weight=75, confidence=0.8, role="rule", message=text,
+            events=seen.all, ranks=guilty, hosts=hosts_of(ctx, guilty), explains=set(EXPLAINS),
+            fix=[f"Compare what ranks {compact(sorted(guilty))} run at that step with the others "
+                 "(TORCH_DISTRIBUTED_DEBUG=DETAIL reports the mismatching call)."])
+        return
+    lagging, lag_text = _lagging_ranks(ctx, seen)
+    if _one_rank_work(ctx, cands, seen, lagging, summary):
+        return
+    if _recent(ctx, "cuda_graphs", seen) and not ctx.hint("eager") and not lagging:
+        cands["nccl-cudagraph-mixing"] = Candidate(
+            cause="nccl-cudagraph-mixing", weight=62, confidence=0.55, role="rule",
+            message=f"{summary}, in a job that captures NCCL collectives in CUDA graphs (no rank lags behind)",
+            events=ctx.hint("cuda_graphs")[:2] + seen.all, ranks=seen.timed_out,
+            hosts=hosts_of(ctx, seen.timed_out), explains=set(EXPLAINS))
+        return
+    evaluation = _recent(ctx, "evaluation", seen)
+    if lagging:
+        cause = "straggler-rank" if evaluation else "rank-hang"
+        cands[cause] = Candidate(
+            cause=cause, weight=64, confidence=0.75, role="rule",
+            message=f"{culprits(ctx, lagging)}: {lag_text} - {summary}",
+            events=seen.all, ranks=lagging, hosts=hosts_of(ctx, lagging), explains=set(EXPLAINS),
+            extra_evidence=last_lines(ctx, lagging),
+            fix=[f"Look at what rank(s) {compact(sorted(lagging))} were doing when the others timed out "
+                 "(their log just before the timeout, `py-spy dump`)."])
+        return
+    if evaluation and 0 in seen.timed_out:
+        cands["straggler-rank"] = Candidate(
+            cause="straggler-rank", weight=60, confidence=0.6, role="rule",
+            message=f"{summary} during evaluation/generation: some ranks took longer than the timeout",
+            events=evaluation[-2:] + seen.all, ranks=seen.timed_out, explains=set(EXPLAINS))
+        return
+    never_completed = [p for p in ctx.col.procs for s in p.facts.get("pg_status", [])
+                       if int(s.caps.get("completed") or s.caps.get("completed_old") or 0) < 0]
+    detail = (" - nothing ever completed on this process group, which points at setup/connectivity "
+              "rather than a slow rank") if never_completed else ""
+    cands["collective-timeout"] = Candidate(
+        cause="collective-timeout", weight=48, confidence=0.5, role="timeout",
+        message=f"{summary}{detail}", events=seen.all, ranks=seen.timed_out,
+        hosts=hosts_of(ctx, seen.timed_out), explains={"rank-died"},
+        fix=_timeout_fix(ctx, seen))
+
+
+# ---------------------------------------------------------------------------- one-rank work
+
+def _one_rank_work(ctx: Context, cands: dict[str, Candidate], seen: Seen, lagging: set[int], summary: str) -> bool:
+    """Add the timeout_rank0_only_work finding when the evidence points there; True if it did."""
+    if 0 in seen.timed_out and not (lagging and 0 not in lagging):
+        return False  # rank 0 itself waited: the work was not on rank 0 alone
+    reasons: list[str] = []
+    shown: list[Event] = []
+    latest: list[tuple[Event, str]] = []
+    for name, label, cause in CONTEXT:
+        recent = _recent(ctx, name, seen)
+        if recent:
+            reasons.append(f"{label} in the log ({recent[-1].message[:80]!r})")
+            shown.append(recent[-1])
+            latest.append((recent[-1], cause))
+    said = _recent(ctx, "rank0_context", seen)
+    if said and (said[-1].source, said[-1].line) in {(e.source, e.line) for e in shown}:
+        reasons[-1] += " - on rank 0 alone, it says"
+    elif said:
+        reasons.append(f"the log says work runs on rank 0 alone ({said[-1].message[:80]!r})")
+        shown.append(said[-1])
+    strong = bool(latest or said)
+    if lagging and not strong:
+        return False  # a named lagging rank beats circumstantial evidence
+    progress = _recent(ctx, "progress_bar", seen)
+    if progress:
+        reasons.append("a progress bar was running when the timeout hit")
+        shown += progress[-1:]
+    sync = _sync_point(seen)
+    early = bool(sync and seen.seqs and max(seen.seqs.values()) <= EARLY_SEQ)
+    if sync:
+        reasons.append(f"rank(s) {compact(sorted(seen.timed_out))} timed out waiting in {sync} and rank 0 did "
+                       "not report the timeout" + (", at one of the first collectives of the job" if early else ""))
+    store_only = bool(seen.store_waits and not seen.events)
+    if store_only:
+        reasons.append("a TCPStore wait ran out after the full timeout")
+    if not reasons:
+        return False
+    cause = (max(latest, key=lambda ec: ec[0].order)[1] if latest
+             else "store-wait-timeout" if store_only else "rank0-preprocessing" if early else "rank0-only-work")
+    confidence = min(0.9, 0.5 + 0.1 * (len(reasons) - 1)) if strong else min(0.5, 0.35 + 0.05 * (len(reasons) - 1))
+    busy = culprits(ctx, lagging) if lagging else "rank 0"
+    ranks = lagging or ({0} if 0 not in seen.timed_out else set())
+    cands[cause] = Candidate(
+        cause=cause, weight=66, confidence=confidence, role="rule",
+        message=(f"{busy} was {'' if strong else 'probably '}busy elsewhere while the others waited: "
+                 f"{'; '.join(reasons)} - {summary}"),
+        events=shown[:3] + seen.all, ranks=ranks, hosts=hosts_of(ctx, lagging), explains=set(EXPLAINS),
+        fix=_rank0_fix(seen))
+    if not strong:  # the other reading of the same lines, kept as the alternative under it
+        cands["collective-timeout"] = Candidate(
+            cause="collective-timeout", weight=30, confidence=0.3, role="timeout",
+            message=(f"alternative: {busy} had stopped issuing collectives (a hang, a crash, fewer batches than the "
+                     "others) instead of working alone - the timeout lines alone cannot tell the two apart"),
+            events=seen.all[:2], ranks=ranks)
+    return True
+
+
+def _sync_point(seen: Seen) -> str | None:
+    """How the timed-out collective waits on one rank, when every detailed timeout line agrees."""
+    kinds = {_sync_kind(e) for e in seen.detailed}
+    if not seen.timed_out or 0 in seen.timed_out or len(kinds) != 1:
+        return None
+    return kinds.pop()
+
+
+def _sync_kind(e: Event) -> str | None:
+    op = e.caps.get("op", "").upper().lstrip("_")
+    numel = e.caps.get("numel_in")
+    if op == "BARRIER":
+        return "a barrier"
+    if op.startswith("BROADCAST"):
+        return "a broadcast (the receivers wait for its source, usually rank 0)"
+    if numel is not None and int(numel) <= 1 and op.startswith(("ALLREDUCE", "ALLGATHER", "REDUCE", "GATHER")):
+        return f"a one-element {op} (how barrier() and flags or object sizes are exchanged)"
+    return None
+
+
+def _recent(ctx: Context, hint: str, seen: Seen) -> list[Event]:
+    """Context lines that can be the work in progress when the timeout hit (not an earlier phase of the job)."""
+    first_line: dict[str, int] = {}
+    for e in seen.all:
+        first_line[e.source] = min(first_line.get(e.source, e.line), e.line)
+    stamped = [e for e in seen.all if e.ts is not None]
+    window = 1.5 * seen.timeout_ms / 1000 + 600 if seen.timeout_ms else None
+
+    def fresh(h: Event) -> bool:
+        if h.source in first_line and h.line < first_line[h.source] - RECENT_LINES:
+            return False
+        ref = next((e for e in stamped if e.ts_kind == h.ts_kind), None)
+        return not (window and h.ts is not None and ref is not None and h.ts < ref.ts - window)  # type: ignore[operator]
+
+    return sorted((h for h in ctx.hint(hint) if fresh(h)), key=lambda e: e.order)
+
+
+def _rank0_fix(seen: Seen) -> list[str]:
+    if not seen.timeout_ms:
+        return []
+    return [f"The process-group timeout here is {seen.timeout_ms / 60000:g} min: measure how long the one-rank "
+            "work takes, then move it off the critical path or set the timeout above it."]
+
+
+def _timeout_fix(ctx: Context, seen: Seen) -> list[str]:
+    if len(seen.timed_out) <= 1 and len(ctx.col.procs) <= 1:
+        return ["Only one rank's log was given: collect every rank's log and rerun `nccl-doctor logs DIR`."]
+    return []
+
+
+# ---------------------------------------------------------------------------- summaries and lag
+
+def _summary(seen: Seen) -> str:
+    if not seen.events:
+        e = seen.store_waits[0]
+        return f"{who(seen.store_waits)}store wait timed out ({e.message[:120]})"
+    minutes = seen.timeout_ms / 60000
+    when = f" after the {minutes:g} min timeout" if minutes else ""
+    if not seen.detailed:
+        return (f"{who(seen.events)}a collective timed out{when} (only the watchdog's checkTimeout stack was "
+                "captured, not which collective)")
+    by_key = Counter((e.caps.get("op", "?"), e.caps.get("seq"), e.caps.get("numel_in")) for e in seen.detailed)
+    parts = [op + (f" SeqNum={seq}" if seq else "") + (f" NumelIn={numel}" if numel else "")
+             for (op, seq, numel), _ in by_key.most_common(3)]
+    return f"{who(seen.events)}collective timed out{when} ({'; '.join(parts)})"
+
+
+def _mismatched_at_same_seq(timeouts: list[Event]) -> tuple[set[int], str] | None:
+    by_seq: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+    for e in timeouts:
+        if e.caps.get("seq") and e.rank is not None:
+            by_seq[e.caps["seq"]][e.caps.get("op", "?")].add(e.rank)
+    for seq, ops in by_seq.items():
+        if len(ops) > 1:
+            majority = max(ops, key=lambda op: len(ops[op]))
+            guilty = {r for op, ranks in ops.items() if op != majority for r in ranks}
+            listing = ", ".join(f"{op} on ranks {compact(sorted(r))}" for op, r in sorted(ops.items()))
+            return guilty, f"ranks timed out in different collectives at the same SeqNum {seq}: {listing}"
+    return None
+
+
+def _lagging_ranks(ctx: Context, seen: Seen) -> tuple[set[int], str]:
+    """Ranks that never reached the collective the others timed out in, with the reason we think so."""
+    named: set[int] = set()
+    for e in ctx.col.global_facts.get("desync", []):
+        named |= {int(x) for x in re.findall(r"\d+", e.caps.get("ranks", ""))}
+    if named:
+        return named, "PyTorch's desync report names it as the lagging rank"
+    fr_lag = _flight_recorder_lag(ctx)
+    if fr_lag:
+        return fr_lag
+    seqs = seen.seqs
+    ops = {e.caps.get("op") for e in seen.detailed if e.caps.get("seq")}
+    if len(set(seqs.values())) > 1 and len(ops) == 1 and max(seqs.values()) - min(seqs.values()) <= 8:
+        # Within one process group the ranks that time out sit at (nearly) the same SeqNum; far-apart
+        # numbers or different collectives come from different groups and do not compare.
+        top = max(seqs.values())
+        behind = {r for r, s in seqs.items() if s < top}
+        if len(behind) < len(seqs):
+            listing = ", ".join(f"rank {r} at {s}" for r, s in sorted(seqs.items()) if r in behind)
+            return behind, f"it is behind ({listing}; the others reached SeqNum {top})"
+    status = {}
+    for proc in ctx.col.procs:
+        for e in proc.facts.get("pg_status", []):
+            enq = e.caps.get("enqueued") or e.caps.get("enqueued_old")
+            if enq is not None and proc.ranks:
+                status[min(proc.ranks)] = int(enq)
+    if seqs and status:
+        target = max(seqs.values())
+        behind = {r for r, enq in status.items() if enq < target}
+        if behind:
+            return behind, f"it never enqueued collective #{target}"
+    silent = {r for p in ctx.col.procs for r in p.ranks if p.last_line and r not in seen.timed_out}
+    if seen.timed_out and silent and _per_rank_logs(ctx):
+        return silent, "it left output but never reported the timeout, so it was not inside the collective"
+    colls = _coll_lag(ctx)
+    if colls:
+        return colls
+    return set(), ""
+
+
+def _per_rank_logs(ctx: Context) -> bool:
+    ranked = [p for p in ctx.col.procs if p.ranks]
+    return len(ranked) > 1 and all(len(p.sources) == 1 for p in ranked) and \
+        len({s for p in ranked for s in p.sources}) == len(ranked)
+
+
+def _flight_recorder_lag(ctx: Context) -> tuple[set[int], str] | None:
+    dumps = {min(p.ranks): p.fr for p in ctx.col.procs if p.fr is not None and p.ranks}
+    if len(dumps) < 2:
+        return None
+    last_seq: dict[int, int] = {}
+    for rank, dump in dumps.items():
+        seqs = [c.seq for c in dump.last.values() if not c.p2p]
+        last_seq[rank] = max(seqs) if seqs else -1
+    top = max(last_seq.values())
+    behind = {r for r, s in last_seq.items() if s < top}
+    if behind and len(behind) < len(last_seq):
+        listing = ", ".join(f"rank {r} last #{last_seq[r]}" for r in sorted(behind))
+        return behind, f"its flight-recorder dump stops earlier ({listing}; the others reached #{top})"
+    return None
+
+
+def _coll_lag(ctx: Context) -> tuple[set[int], str] | None:
+    last = {}
+    for proc in ctx.col.procs:
+        if proc.colls and proc.ranks:
+            last[min(proc.ranks)] = max(c[0] for c in proc.colls)
+    if len(last) < 2 or len(set(last.values())) < 2:
+        return None
+    top = max(last.values())
+    behind = {r for r, v in last.items() if v < top}
+    return behind, "its NCCL COLL calls stop at an earlier opCount than the others'"
+

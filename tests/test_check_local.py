@@ -1,0 +1,176 @@
+"""`nccl-doctor check --local N`: real rank processes with Gloo, real faults (NCCL_DOCTOR_FAULT, --rank-env).
+
+Each run must end within its deadline plus a few seconds, name the right cause and rank, and leave
+no process and no bound port behind.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import jsonschema
+import psutil
+import pytest
+
+pytest.importorskip("torch.distributed")
+
+SCHEMA = json.loads((Path(__file__).parents[1] / "src/nccl_doctor/render/report.schema.json").read_text())
+TIMEOUT = 6  # stage deadline for these runs: short, yet generous for a loaded 2-core machine
+SLACK = 20  # start-up of N Python processes importing torch on 2 shared cores, plus teardown
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def leftovers(tag: str) -> list[int]:
+    """Processes still carrying this run's tag in their environment."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.environ().get("NCCL_DOCTOR_TEST_TAG") == tag:
+                found.append(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))
+            return True
+        except OSError:
+            return False
+
+
+def check(*args: str, fault: str | None = None, timeout: float = TIMEOUT, limit: float | None = None) -> tuple[dict, float]:
+    """Run check --local with JSON output; assert it ended in time and cleaned up after itself."""
+    tag, port = uuid.uuid4().hex, free_port()
+    env = {**os.environ, "NCCL_DOCTOR_TEST_TAG": tag}
+    env.pop("NCCL_DOCTOR_DEBUG", None)
+    if fault:
+        env["NCCL_DOCTOR_FAULT"] = fault
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "nccl_doctor", "check", "--json", "--timeout", str(timeout),
+                           "--master-port", str(port), *args], capture_output=True, text=True, env=env,
+                          timeout=(limit or 0) + timeout * 3 + SLACK)
+    took = time.monotonic() - started
+    assert "Traceback" not in done.stderr, done.stderr
+    report = json.loads(done.stdout)
+    jsonschema.validate(report, SCHEMA)
+    assert done.returncode == (1 if report["verdict"] == "error" else 0)
+    assert leftovers(tag) == [], "rank processes left behind"
+    assert port_is_free(port), "store port still bound"
+    return report, took
+
+
+def stages(report: dict) -> dict[str, str]:
+    return {s["name"]: s["status"] for s in report["facts"]["stages"]}
+
+
+def test_healthy_run_passes_every_stage():
+    report, _ = check("--local", "3")
+    assert report["verdict"] in ("ok", "warning"), report["findings"]
+    assert stages(report) == {"rendezvous": "passed", "fingerprints": "passed", "devices": "skipped",
+                              "network": "passed", "backend": "passed", "collectives": "passed",
+                              "bandwidth": "passed"}
+    assert [c["op"] for c in report["facts"]["collectives"]] == [
+        "barrier", "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv"]
+    assert report["facts"]["world"]["backend"] == "gloo" and len(report["facts"]["ranks"]) == 3
+
+
+def test_stalled_rank_is_named_within_the_op_deadline():
+    report, took = check("--local", "3", "--quick", fault="stall:rank=2:stage=collectives:op=all_reduce")
+    first = report["findings"][0]
+    assert (first["cause"], first["ranks"]) == ("rank-hang", [2]) and "never entered all_reduce" in first["message"]
+    assert first["secondary"][0]["ranks"] == [0, 1]  # they entered and waited: echoes
+    collectives = next(s for s in report["facts"]["stages"] if s["name"] == "collectives")
+    assert collectives["status"] == "failed" and collectives["seconds"] < TIMEOUT + 5
+    assert took < TIMEOUT + SLACK
+
+
+def test_rank_dying_in_a_collective_is_named():
+    report, _ = check("--local", "3", "--quick", fault="die:rank=1:op=broadcast")
+    first = report["findings"][0]
+    assert (first["cause"], first["ranks"]) == ("rank-died", [1])
+    assert "broadcast" in first["message"] and "SIGKILL" in first["message"]
+    assert stages(report)["collectives"] == "failed"
+
+
+def test_rank_that_never_starts():
+    report, took = check("--local", "3", "--quick", fault="skip:rank=2")
+    first = report["findings"][0]
+    assert (first["cause"], first["ranks"]) == ("store-timeout", [2])
+    assert stages(report)["rendezvous"] == "failed" and stages(report)["collectives"] == "skipped"
+
+
+def test_settings_and_versions_that_differ_are_named_before_backend_init(tmp_path):
+    fake = tmp_path / "site"
+    dist_info = fake / "nvidia_nccl_cu12-2.18.1.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-nccl-cu12\nVersion: 2.18.1\n")
+    report, _ = check("--local", "4", "--quick", "--rank-env", "1:NCCL_PROTO=LL", "--rank-env", f"2:PYTHONPATH={fake}",
+                      "--rank-env", "3:GLOO_SOCKET_IFNAME=nosuch0")
+    by_cause = {f["cause"]: f for f in report["findings"]}
+    assert by_cause["nccl-setting-differs"]["ranks"] == [1] and "NCCL_PROTO" in by_cause["nccl-setting-differs"]["message"]
+    assert by_cause["nccl-version-mismatch"]["ranks"] == [2] and "2.18.1" in by_cause["nccl-version-mismatch"]["message"]
+    assert by_cause["gloo-ifname-no-match"]["ranks"] == [3]
+    assert stages(report)["fingerprints"] == "failed" and stages(report)["backend"] == "skipped"
+
+
+def test_master_port_in_use():
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "nccl_doctor", "check", "--local", "2", "--json",
+                               "--master-port", str(port)], capture_output=True, text=True, timeout=60)
+    report = json.loads(done.stdout)
+    assert done.returncode == 1 and report["findings"][0]["cause"] == "port-in-use"
+    assert f"pid {os.getpid()}" in json.dumps(report["findings"][0]["evidence"])
+
+
+def test_rank_that_cannot_reach_the_store_says_why():
+    report, _ = check("--local", "2", "--quick", "--rank-env", f"1:MASTER_PORT={free_port()}")
+    first = report["findings"][0]
+    assert (first["cause"], first["ranks"]) == ("master-unreachable", [1])
+    assert "connection refused" in first["message"]
+
+
+def test_stalled_rank_under_torchrun_and_ctrl_c_reaps_everything():
+    """Ctrl-C (SIGINT to the --local parent) while a rank stalls: every child is reaped, the port freed."""
+    tag, port = uuid.uuid4().hex, free_port()
+    env = {**os.environ, "NCCL_DOCTOR_TEST_TAG": tag, "NCCL_DOCTOR_FAULT": "stall:rank=1:stage=collectives"}
+    proc = subprocess.Popen([sys.executable, "-m", "nccl_doctor", "check", "--local", "2", "--timeout", "60",
+                             "--master-port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 40
+    while len(leftovers(tag)) < 3 and time.monotonic() < deadline:  # parent and both ranks are up
+        time.sleep(0.2)
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert leftovers(tag) == [] and port_is_free(port)
+
+
+def test_check_under_torchrun_names_a_dead_rank():
+    tag = uuid.uuid4().hex
+    env = {**os.environ, "NCCL_DOCTOR_TEST_TAG": tag, "NCCL_DOCTOR_FAULT": "die:rank=2:op=all_gather"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3",
+                           "--master-port", str(free_port()), "-m", "nccl_doctor", "check", "--quick", "--json",
+                           "--timeout", str(TIMEOUT)], capture_output=True, text=True, env=env, timeout=90)
+    report = json.loads(done.stdout)
+    first = report["findings"][0]
+    assert (first["cause"], first["ranks"]) == ("rank-died", [2]) and "all_gather" in first["message"]
+    assert report["facts"]["world"]["launcher"] == "torchrun"
+    assert done.returncode != 0 and leftovers(tag) == []

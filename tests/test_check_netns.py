@@ -1,0 +1,79 @@
+"""`check` across hosts: network namespaces joined by bridges act as three hosts, each runs torchrun.
+
+Each host has a management network (the store, MASTER_ADDR) and a data network (NCCL/GLOO_SOCKET_IFNAME),
+as clusters do; faults are made on the data network of h3, and h3 must be the host named.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from netns import NetnsLab, unavailable
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+REASON = unavailable()
+HOSTS = ["h1", "h2", "h3"]
+NETWORKS = {"mgmt": "10.213.1", "data": "10.213.2"}  # private test ranges, inside the lab's namespaces only
+TIMEOUT = 10
+
+
+@pytest.fixture
+def lab():
+    if REASON:
+        pytest.skip(REASON)
+    with NetnsLab(HOSTS, NETWORKS) as built:
+        yield built
+
+
+def check_across(lab: NetnsLab, *, port: int = 29400) -> tuple[dict, list[int], float]:
+    """torchrun on every host (one rank each); returns rank 0's JSON report and every exit code."""
+    env = {**os.environ, "NCCL_SOCKET_IFNAME": "data0", "GLOO_SOCKET_IFNAME": "data0"}
+    env.pop("NCCL_DOCTOR_FAULT", None)
+    started = time.monotonic()
+    procs = [lab.spawn(host, [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(HOSTS)),
+                              "--nproc-per-node", "1", "--node-rank", str(i),
+                              "--master-addr", lab.address("h1", "mgmt"), "--master-port", str(port),
+                              "-m", "nccl_doctor", "check", "--quick", "--json", "--timeout", str(TIMEOUT)],
+                       env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i, host in enumerate(HOSTS)]
+    outputs = [p.communicate(timeout=150) for p in procs]
+    took = time.monotonic() - started
+    return json.loads(outputs[0][0]), [p.returncode for p in procs], took
+
+
+def stages(report: dict) -> dict[str, str]:
+    return {s["name"]: s["status"] for s in report["facts"]["stages"]}
+
+
+def test_healthy_hosts_pass(lab):
+    report, codes, _ = check_across(lab)
+    assert report["verdict"] != "error", report["findings"]
+    assert codes == [0, 0, 0]
+    assert report["facts"]["world"]["hosts"] == {"h1": [0], "h2": [1], "h3": [2]}
+    assert stages(report)["network"] == "passed" and stages(report)["collectives"] == "passed"
+    assert all(p["ok"] for p in report["facts"]["network"]["matrix"])
+
+
+def test_host_whose_interface_name_differs_is_named(lab):
+    lab.rename("h3", "data0", "ens9")
+    report, codes, _ = check_across(lab)
+    by_cause = {f["cause"]: f for f in report["findings"]}
+    assert by_cause["ifname-differs-between-hosts"]["hosts"] == ["h3"]
+    assert by_cause["gloo-ifname-no-match"]["hosts"] == ["h3"]
+    assert "NCCL_SOCKET_IFNAME=data0,ens9" in by_cause["ifname-differs-between-hosts"]["fix"][0]
+    assert stages(report)["fingerprints"] == "failed" and stages(report)["backend"] == "skipped"
+    assert codes[0] == 1
+
+
+def test_host_whose_link_is_down_is_named(lab):
+    lab.set_down("h3", "data0")
+    report, codes, _ = check_across(lab)
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    assert errors and all(f["hosts"] == ["h3"] for f in errors), errors
+    assert {"no-usable-interface", "host-unreachable"} <= {f["cause"] for f in errors}
+    assert stages(report)["network"] == "failed"
+    assert codes[0] == 1
