@@ -140,7 +140,7 @@ def test_master_port_in_use():
 
 
 def test_rank_that_cannot_reach_the_store_says_why():
-    report, _ = check("--local", "2", "--quick", "--rank-env", f"1:MASTER_PORT={free_port()}")
+    report, _ = check("--local", "2", "--quick", "--rank-env", f"1:MASTER_PORT={free_port()}", timeout=3)
     first = report["findings"][0]
     assert (first["cause"], first["ranks"]) == ("master-unreachable", [1])
     assert "connection refused" in first["message"]

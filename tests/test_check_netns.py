@@ -77,3 +77,17 @@ def test_host_whose_link_is_down_is_named(lab):
     assert {"no-usable-interface", "host-unreachable"} <= {f["cause"] for f in errors}
     assert stages(report)["network"] == "failed"
     assert codes[0] == 1
+
+
+def test_unreachable_master_address_is_reported_by_the_rank_that_cannot_reach_it(lab):
+    """No host has 10.213.1.99: the rank says so itself (there is no store, hence no judge) within its deadline."""
+    env = {**os.environ, "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.213.1.99", "MASTER_PORT": "29400"}
+    started = time.monotonic()
+    proc = lab.spawn("h2", [sys.executable, "-m", "nccl_doctor", "check", "--json", "--timeout", "4"], env,
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, _ = proc.communicate(timeout=60)
+    report = json.loads(out)
+    [finding] = report["findings"]
+    assert (finding["cause"], finding["ranks"], finding["hosts"]) == ("master-unreachable", [1], ["h2"])
+    assert "no route to host" in finding["message"] or "timed out" in finding["message"]
+    assert proc.returncode == 1 and time.monotonic() - started < 4 + 20

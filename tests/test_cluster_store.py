@@ -93,3 +93,23 @@ def test_port_in_use_names_the_holder():
             serve(port, timeout=2)
     assert exc.value.port == port
     assert exc.value.holder is None or str(os.getpid()) in exc.value.holder
+
+
+def test_unresolvable_master_fails_at_once_with_its_cause(monkeypatch):
+    """A name that does not resolve will not start resolving: no point waiting for the deadline."""
+    from nccl_doctor.cluster.launch import World
+    from nccl_doctor.cluster.rank import JoinFailure, open_store
+
+    def no_such_name(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_name)
+    world = World(rank=1, world_size=2, local_rank=1, local_world_size=2, master_addr="head-node",
+                  master_port=29500, launcher="env")
+    started = time.monotonic()
+    with pytest.raises(JoinFailure) as exc:
+        open_store(world, hosts_store=False, deadline=time.monotonic() + 30)
+    assert time.monotonic() - started < 5
+    finding = exc.value.finding
+    assert finding.cause == "master-addr-unresolvable" and finding.ranks == [1]
+    assert "name not resolved" in finding.message and "head-node:29500" in finding.message

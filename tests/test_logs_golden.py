@@ -1,7 +1,8 @@
 """Golden cases: real logs from public issue threads (truth.json from the thread) and synthetic multi-rank logs.
 
 The primary finding's category must be the case's category; where the truth names culprit ranks or hosts,
-the primary finding must name them.
+the primary finding must name them. fixtures/logs/heldout holds the 25 logs of the first blind evaluation;
+two of them cannot be decided from their text (see AMBIGUOUS) and must have the truth among the top 3.
 """
 
 from __future__ import annotations
@@ -26,6 +27,14 @@ def _cases(*roots: Path) -> list[Path]:
 
 
 REAL = _cases(FIXTURES / "shared", FIXTURES / "public")
+HELDOUT = _cases(FIXTURES / "heldout")
+# Logs whose text fits two categories equally well: the primary names one, the alternative under it the other.
+AMBIGUOUS = {
+    "017-nccl379-topo-file-cpu-attr-bug-fixed-28": "no NCCL version in the log: a topology file without CPU "
+                                                   "attributes, or the NCCL < 2.8 defect that printed the same",
+    "025-pytorch141069-iterabledataset-uneven-lengths": "ranks 1-3 wait in a one-element all-reduce, rank 0 is "
+                                                        "silent: busy alone, or out of batches",
+}
 SYNTHETIC = _cases(FIXTURES / "synthetic")
 # ../shared/logs, when present, may hold cases added after the fixtures were copied
 NEW_SHARED = [c for c in _cases(SHARED) if not (FIXTURES / "shared" / c.name).exists()]
@@ -45,6 +54,10 @@ def _check(case: Path, engine: str | None = None) -> None:
     assert findings, f"{case.name}: nothing found"
     primary = findings[0]
     got = [f"{f.category}/{f.cause}" for f in findings]
+    if case.name in AMBIGUOUS:
+        ranked = [f.category for f in findings] + [s.category for f in findings for s in f.secondary]
+        assert truth["category"] in ranked[:3], f"{case.name}: {ranked}"
+        return
     assert primary.category == truth["category"], f"{case.name}: {got}"
     if truth.get("cause"):
         assert primary.cause == truth["cause"], f"{case.name}: {got}"
@@ -64,7 +77,20 @@ def test_synthetic_logs(case):
     _check(case)
 
 
-@pytest.mark.parametrize("case", SYNTHETIC + REAL[:8], ids=[c.name for c in SYNTHETIC + REAL[:8]])
+@pytest.mark.parametrize("case", HELDOUT, ids=[c.name for c in HELDOUT])
+def test_heldout_logs(case):
+    _check(case)
+
+
+def test_heldout_copy_is_complete():
+    assert len(HELDOUT) == 25
+    assert set(AMBIGUOUS) <= {c.name for c in HELDOUT}
+
+
+PORTABLE = SYNTHETIC + REAL[:8] + HELDOUT[::3]
+
+
+@pytest.mark.parametrize("case", PORTABLE, ids=[c.name for c in PORTABLE])
 def test_portable_engine_agrees(case):
     _check(case, engine="portable")
 

@@ -115,4 +115,4 @@ def test_preflight_names_the_rank_that_never_calls_it():
                          env={"NCCL_DOCTOR_PORT": str(__import__("ranks").free_port())})
     rank0 = results[0]
     assert rank0["verdict"] == "error" and not rank0["raised"]
-    assert rank0["causes"][0] == "store-timeout" and rank0["seconds"] < 15
+    assert rank0["causes"][0] == "store-timeout" and rank0["seconds"] < 40  # bounded: a few 3 s stage deadlines

@@ -9,12 +9,13 @@ simpler stage found explains what a later one would only echo.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
 from ..model import Finding, Report, Severity
-from .launch import LocalRanks, World
+from .launch import LocalRanks
 from .store import Exchange, Gathered
 from .watchdog import Liveness
 
@@ -57,6 +58,7 @@ class JudgeContext:
     facts: dict[str, Any] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)  # of the stages judged so far (a stage may add fixes)
     run_token: str = ""
+    terminating: threading.Event = field(default_factory=threading.Event)  # conclude now with what is known
 
     def host(self, rank: int) -> str:
         return self.identities.get(rank, {}).get("host", "?")
@@ -71,7 +73,8 @@ class JudgeContext:
     def gather(self, step: str, deadline: float | None = None) -> Gathered:
         """Every rank's result of `step`; gives up early once every missing rank is known dead."""
         end = deadline if deadline is not None else time.monotonic() + self.options.timeout
-        return self.exchange.gather(step, self.world_size, end, give_up=self.liveness.all_dead)
+        return self.exchange.gather(step, self.world_size, end,
+                                    give_up=lambda missing: self.terminating.is_set() or self.liveness.all_dead(missing))
 
 
 class Progress:
@@ -123,7 +126,10 @@ class Judge:
         try:
             self._run_stages()
         finally:
-            self.ctx.exchange.put("done", {"at": time.time()})
+            try:
+                self.ctx.exchange.put("done", {"at": time.time()})
+            except Exception:  # the store is gone: the ranks' watch threads notice that by themselves
+                pass
         return self.report()
 
     def _run_stages(self) -> None:

@@ -8,6 +8,7 @@ parent reads, or, under other launchers, as a short report of its own.
 
 from __future__ import annotations
 
+import importlib
 import json
 import socket
 import sys
@@ -110,6 +111,7 @@ def run_rank(world: World, options: Options, env: dict[str, str], stages: list, 
         return 0
     host = socket.gethostname()
     hosts_store = world.rank == 0 and not world.agent_store and not local_judge
+    importlib.import_module("torch.distributed")  # seconds of start-up: not part of the store's deadline
     try:
         raw, address = open_store(world, hosts_store, time.monotonic() + options.timeout)
     except JoinFailure as failure:
@@ -122,9 +124,10 @@ def run_rank(world: World, options: Options, env: dict[str, str], stages: list, 
     RankWatch(Exchange(ctx.new_store_connection("")), world.rank, judge_code, main_done).start()
     try:
         _follow_judge(ctx, stages)
-    except Exception as exc:  # the judge names what is missing; say locally what went wrong
-        print(f"nccl-doctor: rank {world.rank}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-              file=sys.stderr)
+    except Exception as exc:  # the judge names the rank as missing; these are its last words
+        words = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+        print(f"nccl-doctor: rank {world.rank}: {words}", file=sys.stderr)
+        _last_words(exchange, world.rank, words)
     finally:
         main_done.set()
         _say_bye(exchange)
@@ -141,6 +144,13 @@ def _follow_judge(ctx: RankContext, stages: list) -> None:
         name = ctx.verdict(stage.name, stage.patience).get("next")
         while ctx.deferred:
             ctx.deferred.pop()()
+
+
+def _last_words(exchange: Exchange, rank: int, words: str) -> None:
+    try:
+        exchange.put(f"crash/{rank}", words)
+    except Exception:
+        pass
 
 
 def _say_bye(exchange: Exchange) -> None:

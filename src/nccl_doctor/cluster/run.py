@@ -58,9 +58,7 @@ def _judge_thread(world: World, address: tuple[str, int], options: Options, deli
     exchange = Exchange(prefixed(client(*address, options.timeout + MARGIN), key_prefix(world)))
     ctx = JudgeContext(exchange, world.world_size, options, world.launcher, Liveness(exchange),
                        run_token=uuid.uuid4().hex[:12])
-    terminating = threading.Event()
-    ctx.liveness.all_dead = _or_terminating(ctx.liveness.all_dead, terminating)  # type: ignore[method-assign]
-    _on_sigterm(terminating)
+    _on_sigterm(ctx.terminating)
     code: list[int] = []
 
     stages = stages or _stages()
@@ -80,10 +78,6 @@ def _judge_thread(world: World, address: tuple[str, int], options: Options, deli
         return code[0] if code else 3
 
     return exit_code
-
-
-def _or_terminating(check: Callable[[list[int]], bool], flag: threading.Event) -> Callable[[list[int]], bool]:
-    return lambda missing: flag.is_set() or check(missing)
 
 
 def _on_sigterm(flag: threading.Event) -> None:

@@ -72,12 +72,9 @@ def connect(host: str, port: int, deadline: float) -> Any:
     """
     from torch.distributed import TCPStore
 
-    reason = "timed out"
-    while True:
+    while True:  # at least one attempt, however late we start
         left = deadline - time.monotonic()
-        if left <= 0:
-            raise StoreUnreachable(host, port, reason)
-        reason = probe_endpoint(host, port, min(left, 3.0)) or ""
+        reason = probe_endpoint(host, port, min(max(left, 1.0), 3.0)) or ""
         if not reason:
             left = max(1.0, deadline - time.monotonic())
             try:
@@ -86,7 +83,7 @@ def connect(host: str, port: int, deadline: float) -> Any:
                 raise StoreUnreachable(host, port, f"the port accepts connections but no c10d store answered "
                                                    f"within {left:.0f} s (another service holds it?)",
                                        _first_line(exc)) from None
-        if reason.startswith("name not resolved"):
+        if reason.startswith("name not resolved") or time.monotonic() >= deadline:
             raise StoreUnreachable(host, port, reason)
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 

@@ -161,10 +161,11 @@ def _name(ctx: Any, ranks: list[int]) -> str:
 
 
 def _last_words(ctx: Any, ranks: list[int]) -> list[Evidence]:
-    """Under --local, the end of a dead child's stderr."""
+    """What a dead rank left: the error it raised, if it could still say so; under --local, its stderr."""
+    said = [Evidence(ctx.who(r), ctx.exchange.get(f"crash/{r}", 1.0)) for r in ranks if ctx.exchange.has(f"crash/{r}")]
     if ctx.local is None:
-        return [Evidence(ctx.who(r), "heartbeat stopped") for r in ranks]
-    return [Evidence(f"rank {r} stderr", line) for r in ranks for line in ctx.local.stderr_tail(r, 4)] or \
+        return said or [Evidence(ctx.who(r), "heartbeat stopped") for r in ranks]
+    return said + [Evidence(f"rank {r} stderr", line) for r in ranks for line in ctx.local.stderr_tail(r, 4)] or \
         [Evidence(ctx.who(r), "process ended without output") for r in ranks]
 
 

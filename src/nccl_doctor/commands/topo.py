@@ -18,6 +18,7 @@ from ..render import emit
 from ..render.text import console_for
 from ..rules.topology import judge
 
+
 def shown(value: Any) -> str:
     return "" if value is None else str(value)
 
@@ -60,10 +61,11 @@ def ports_table(ib: dict[str, Any]) -> Table:
     table = Table(title="RDMA ports", title_justify="left", show_edge=False, pad_edge=False)
     for column in ("port", "state", "physical", "rate", "link layer", "PCI", "NUMA"):
         table.add_column(column)
-    for dev, info in ib["devices"].items():
-        for num, p in info["ports"].items():
-            table.add_row(f"{dev}/{num}", p.get("state") or "?", p.get("phys_state") or "?", p.get("rate") or "?",
-                          p.get("link_layer") or "?", shown(info.get("pci")), shown(info.get("numa_node")))
+    for dev in ib["devices"]:
+        for p in dev["ports"]:
+            table.add_row(f"{dev['name']}/{p['port']}", p.get("state") or "?", p.get("phys_state") or "?",
+                          p.get("rate") or "?", p.get("link_layer") or "?", shown(dev.get("pci")),
+                          shown(dev.get("numa_node")))
     return table
 
 

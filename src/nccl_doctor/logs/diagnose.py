@@ -259,7 +259,8 @@ def rule_fingerprints(ctx: Context, cands: dict[str, Candidate]) -> None:
                     else "ranks ran different collectives") + f" ({listing})" + (
         f" - {cand.message}" if cand.message else "")
     cand.ranks = diverged
-    cand.extra_evidence += [Evidence(e.source, e.text, e.line) for e in sorted(latest.values(), key=lambda e: e.order)][:4]
+    ordered = sorted(latest.values(), key=lambda e: e.order)
+    cand.extra_evidence += [Evidence(e.source, e.text, e.line) for e in ordered][:4]
     cands["collective-mismatch"] = cand
 
 

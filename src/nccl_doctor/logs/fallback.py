@@ -41,7 +41,8 @@ def rule_known_bugs(ctx: Context, cands: dict[str, Candidate]) -> None:
         fixed = _dotted(fixed_in)
         older = [v for v in versions if v < fixed_in]
         if cand.cause == "nccl-known-bug":
-            cand.fix.insert(0, f"Upgrade NCCL to {fixed} or newer" + (f" (the logs show {shown})." if versions else "."))
+            seen_here = f" (the logs show {shown})" if versions else ""
+            cand.fix.insert(0, f"Upgrade NCCL to {fixed} or newer{seen_here}.")
             if versions and not older:
                 cand.message += f" - NCCL {shown} already has the {fixed} fix: this GPU needs a newer release still"
             elif older:
@@ -49,7 +50,8 @@ def rule_known_bugs(ctx: Context, cands: dict[str, Candidate]) -> None:
         elif older:
             cands["nccl-known-bug"] = Candidate(
                 cause="nccl-known-bug", weight=cand.weight + 5, confidence=0.85, role="rule",
-                message=f"NCCL {shown} is older than {fixed}, which fixed the defect behind this message: {cand.message}",
+                message=f"NCCL {shown} is older than {fixed}, which fixed the defect behind this message: "
+                        f"{cand.message}",
                 events=cand.events, ranks=set(cand.ranks), hosts=set(cand.hosts),
                 explains={cand.cause} | cand.explains, fix=[f"Upgrade NCCL to {fixed} or newer."])
         elif not versions:
@@ -75,12 +77,12 @@ def rule_fallback(ctx: Context, cands: dict[str, Candidate]) -> None:
     cause, why = _best_guess(fb, warns, chain, dist)
     failed = bool(dist or (warns and chain))
     first = (warns or dist or chain)[0]
-    title = lookup_cause(cause).title
+    title = lookup_cause(cause).title.rstrip(".")
     cands.setdefault(cause, Candidate(
         cause=cause, weight=20, confidence=fb.confidence, role="rule",
         severity=Severity.ERROR if failed else Severity.WARNING,
-        message=(f"fallback, no known signature matched: {first.message[:140]!r} ({why}); the usual cause of "
-                 f"that: {title[0].lower() + title[1:]}"),
+        message=(f"fallback, no known signature matched: {first.message[:140]!r} ({why}). Usual cause of "
+                 f"that: {title}"),
         events=warns[:3] + chain[:2] + dist[:3],
         fix=["Search the NCCL and PyTorch issue trackers for the exact line shown; rerun with `NCCL_DEBUG=INFO` "
              "and give `nccl-doctor logs` every rank's output for a firmer diagnosis."]))

@@ -217,8 +217,8 @@ def _recent(ctx: Context, hint: str, seen: Seen) -> list[Event]:
     def fresh(h: Event) -> bool:
         if h.source in first_line and h.line < first_line[h.source] - RECENT_LINES:
             return False
-        ref = next((e for e in stamped if e.ts_kind == h.ts_kind), None)
-        return not (window and h.ts is not None and ref is not None and h.ts < ref.ts - window)  # type: ignore[operator]
+        ref = min((e.ts for e in stamped if e.ts_kind == h.ts_kind), default=None)  # type: ignore[type-var]
+        return not (window and h.ts is not None and ref is not None and h.ts < ref - window)
 
     return sorted((h for h in ctx.hint(hint) if fresh(h)), key=lambda e: e.order)
 

@@ -271,11 +271,12 @@ def read_log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> list[str] | None:
         return None
 
 
-def read_xid_events(root: str | os.PathLike[str] = "/", live: bool = True) -> dict[str, Any]:
+def read_xid_events(root: str | os.PathLike[str] = "/", live: bool = True,
+                    timeout: float = DMESG_TIMEOUT_S) -> dict[str, Any]:
     """Xid events from dmesg (this boot; live host only) or else the syslog kernel log under ROOT."""
     why = []
     if live:
-        lines = read_dmesg()
+        lines = read_dmesg(timeout)
         if isinstance(lines, list):
             return {"source": "dmesg", "since_boot": True, "events": parse_xid_events(lines, "dmesg")}
         why.append(lines)

@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 
+from .sysfs import names
 from .topology import knowledge
 
 SYSTEMCTL_TIMEOUT_S = 5.0
@@ -49,10 +50,8 @@ def nvlink_pairs(gpus: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
 
 def find_nvswitches(root: str | os.PathLike[str], pci: dict[str, Any]) -> dict[str, Any]:
     """NVSwitch PCI functions, /dev/nvidia-nvswitch* nodes and the driver's nvswitch device list."""
-    dev_nodes = sorted(n for n in os.listdir(Path(root, "dev")) if n.startswith("nvidia-nvswitch")) \
-        if Path(root, "dev").is_dir() else []
-    proc_dir = Path(root, "proc", "driver", "nvidia-nvswitch", "devices")
-    proc_devices = sorted(os.listdir(proc_dir)) if proc_dir.is_dir() else []
+    dev_nodes = [n for n in names(Path(root, "dev")) if n.startswith("nvidia-nvswitch")]
+    proc_devices = names(Path(root, "proc", "driver", "nvidia-nvswitch", "devices"))
     pci_switches = sorted(b for b, d in pci.get("devices", {}).items() if d["kind"] == "nvswitch")
     return {
         "present": bool(pci_switches or proc_devices or any(n != "nvidia-nvswitchctl" for n in dev_nodes)),
@@ -84,8 +83,10 @@ def fabric_manager_service(timeout: float = SYSTEMCTL_TIMEOUT_S) -> str | None:
 
 
 def read_fabric(root: str | os.PathLike[str], pci: dict[str, Any], gpu_facts: dict[str, Any],
-                live: bool, process_names: Iterable[str] | None = None) -> dict[str, Any]:
-    """NVSwitch presence, the fabric manager's process and service, and NVML's fabric state per GPU."""
+                live: bool, process_names: Iterable[str] | None = None,
+                timeout: float = SYSTEMCTL_TIMEOUT_S) -> dict[str, Any]:
+    """NVSwitch presence, NVML's fabric state per GPU, and, where either exists, the fabric manager's
+    process and service (a node without NVSwitches has no use for it, and the process list is not free)."""
     gpus = gpu_facts.get("gpus", [])
     states = {f"GPU{g['index']}": g["fabric"] for g in gpus if g.get("fabric")}
     facts: dict[str, Any] = {
@@ -94,7 +95,9 @@ def read_fabric(root: str | os.PathLike[str], pci: dict[str, Any], gpu_facts: di
         "fabric_manager_process": None,
         "fabric_manager_service": None,
     }
+    if not (states or facts["nvswitch"]["present"]):
+        return facts
     if live or process_names is not None:
         facts["fabric_manager_process"] = fabric_manager_process(process_names)
-        facts["fabric_manager_service"] = fabric_manager_service() if live else None
+        facts["fabric_manager_service"] = fabric_manager_service(timeout) if live else None
     return facts

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..catalog import load_toml
-from . import ib_health
+from .sysfs import read_int, read_text
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 CELL = re.compile(r"^(X|SYS|SOC|NODE|PHB|PXB|PIX|NV\d+)$")
@@ -172,7 +172,7 @@ def pci_node(root: str | os.PathLike[str], bdf: str) -> PciNode | None:
     host = next((i for i, part in enumerate(parts) if HOST_BRIDGE.match(part)), None)
     if host is None:
         return None
-    numa = ib_health.read_int(real / "numa_node")
+    numa = read_int(real / "numa_node")
     return PciNode(bdf, parts[host], tuple(p for p in parts[host + 1:] if BDF.match(p)),
                    numa if numa is not None and numa >= 0 else None)
 
@@ -198,13 +198,13 @@ def pcie_generation(speed: str | None) -> int | None:
 
 
 def link_status(device: Path) -> dict[str, Any]:
-    speed = ib_health.read_text(device / "current_link_speed")
-    max_speed = ib_health.read_text(device / "max_link_speed")
+    speed = read_text(device / "current_link_speed")
+    max_speed = read_text(device / "max_link_speed")
     return {
         "speed": speed, "gen": pcie_generation(speed),
         "max_speed": max_speed, "max_gen": pcie_generation(max_speed),
-        "width": ib_health.read_int(device / "current_link_width"),
-        "max_width": ib_health.read_int(device / "max_link_width"),
+        "width": read_int(device / "current_link_width"),
+        "max_width": read_int(device / "max_link_width"),
     }
 
 
@@ -236,7 +236,7 @@ def acs_redirects(root: str | os.PathLike[str], bridge: str) -> list[str] | None
 
 
 def iommu_group_type(device: Path) -> str | None:
-    return ib_health.read_text(device / "iommu_group" / "type")
+    return read_text(device / "iommu_group" / "type")
 
 
 def classify(vendor: str | None, pci_class: str | None) -> str | None:
@@ -259,7 +259,7 @@ def describe_pci(root: str | os.PathLike[str], bdf: str, kind: str, **extra: Any
     return {
         "kind": kind, **extra,
         "host": node.host, "chain": list(node.chain), "numa_node": node.numa,
-        "local_cpulist": ib_health.read_text(device / "local_cpulist"),
+        "local_cpulist": read_text(device / "local_cpulist"),
         "link": link_status(device),
         "iommu_group_type": iommu_group_type(device),
         "acs_redirect": acs,
@@ -276,11 +276,12 @@ def read_pci(root: str | os.PathLike[str] = "/", ib: dict[str, Any] | None = Non
         return {"unavailable": f"cannot list {base}: {exc.strerror}"}
     devices: dict[str, Any] = {}
     for bdf in bdfs:
-        kind = classify(ib_health.read_text(base / bdf / "vendor"), ib_health.read_text(base / bdf / "class"))
+        kind = classify(read_text(base / bdf / "vendor"), read_text(base / bdf / "class"))
         if kind and (info := describe_pci(root, bdf, kind)):
             devices[bdf] = info
-    for name, dev in (ib or {}).get("devices", {}).items():
-        if dev.get("pci") and dev["pci"] not in devices and (info := describe_pci(root, dev["pci"], "nic", rdma=name)):
+    for dev in (ib or {}).get("devices", []):
+        if dev.get("pci") and dev["pci"] not in devices and (
+                info := describe_pci(root, dev["pci"], "nic", rdma=dev["name"])):
             devices[dev["pci"]] = info
     return {"devices": devices}
 
@@ -318,12 +319,13 @@ def topology_from_pci(root: str | os.PathLike[str], pci: dict[str, Any],
 
 
 def read_topology(root: str | os.PathLike[str], smi_text: str | None, pci: dict[str, Any],
-                  nvlinks: dict[tuple[str, str], int] | None, live: bool) -> dict[str, Any]:
-    """The matrix from, in order of preference: the given text, a live nvidia-smi, the PCI tree."""
+                  nvlinks: dict[tuple[str, str], int] | None, run_smi: bool,
+                  smi_timeout: float = SMI_TIMEOUT_S) -> dict[str, Any]:
+    """The matrix from, in order of preference: the given text, nvidia-smi (when `run_smi`), the PCI tree."""
     if smi_text is not None:
         return {"source": "nvidia-smi topo -m (file)", **parse_smi_topo(smi_text)}
-    if live:
-        captured = capture_smi_topo()
+    if run_smi:
+        captured = capture_smi_topo(smi_timeout)
         if "unavailable" not in captured:
             return captured
         derived = topology_from_pci(root, pci, nvlinks)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..model import Finding
-from . import lint_env, lint_host, lint_network, lint_rendezvous, lint_tuning
+from . import lint_env, lint_hardware, lint_host, lint_network, lint_rendezvous, lint_tuning
 from .lint_context import Context
 
 Rule = Callable[[Context], Iterable[Finding]]
@@ -23,13 +23,13 @@ RULES: list[Rule] = [
     lint_env.invalid_values,
     lint_env.nccl_conf_files,
     lint_env.nccl_graph_files,
-    # interfaces and InfiniBand on this host
+    # interfaces on this host
     lint_network.socket_ifname,
     lint_network.bootstrap_interface,
     lint_network.gloo_ifname,
-    lint_network.ib_hca,
-    lint_network.ib_ports,
     lint_network.ib_disabled,
+    # InfiniBand ports, topology and GPU health (rules/topology.py, shared with `topo`)
+    lint_hardware.hardware,
     # rendezvous
     lint_rendezvous.rank_world_size,
     lint_rendezvous.local_rank_gpus,

@@ -19,6 +19,7 @@ from ..catalog import read_text
 from ..catalog.env_vars import version_tuple
 from ..model import Evidence
 from ..probe.environment import redact
+from ..probe.infiniband import port_usable
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,11 @@ class Context:
     def int_value(self, name: str) -> int | None:
         return _int(self.value(name))
 
+    @cached_property
+    def effective_env(self) -> SettingsEnv:
+        """The settings as the name -> value mapping NCCL ends up with, for rules written over a plain env."""
+        return SettingsEnv(self.settings)
+
     @property
     def confs(self) -> list[dict[str, Any]]:
         env_facts = self.facts.get("environment", {})
@@ -109,17 +115,10 @@ class Context:
         return network.get("interfaces") if network else None
 
     @property
-    def ib_devices(self) -> list[dict[str, Any]] | None:
-        """IB/RoCE devices; [] when the host has none (no /sys/class/infiniband)."""
-        ib = self.facts.get("infiniband")
-        if not isinstance(ib, dict):
-            return None
-        return ib.get("devices", [])
-
-    @property
     def active_ib_ports(self) -> list[tuple[str, dict[str, Any]]]:
-        return [(d["name"], p) for d in self.ib_devices or () for p in d.get("ports", ())
-                if p.get("state") == "ACTIVE" and p.get("link_layer") in ("InfiniBand", "Ethernet")]
+        """(device, port) of every InfiniBand/RoCE port NCCL could use (ACTIVE, IB or Ethernet link layer)."""
+        ib = self.section("infiniband") or {}
+        return [(d["name"], p) for d in ib.get("devices", ()) for p in d.get("ports", ()) if port_usable(p)]
 
     @property
     def in_container(self) -> bool:
@@ -175,6 +174,18 @@ class Context:
         network = self.section("network") or {}
         master = network.get("master") or {}
         return master.get("route")
+
+
+class SettingsEnv(dict):
+    """Settings as name -> value that still say where each was set (file and line), like SourcedEnv."""
+
+    def __init__(self, settings: Mapping[str, Setting]) -> None:
+        super().__init__({name: s.value for name, s in settings.items()})
+        self.settings = settings
+
+    def where(self, name: str) -> tuple[str, int | None]:
+        found = self.settings[name]
+        return found.source, found.line
 
 
 def count_visible(mask: str, physical: int | None) -> int:

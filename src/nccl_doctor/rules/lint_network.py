@@ -1,12 +1,12 @@
-"""Lint rules about network interfaces and InfiniBand: which interfaces and HCAs NCCL and Gloo would really
-select on this host, using their exact matching rules (probe/network.py, probe/infiniband.py)."""
+"""Lint rules about network interfaces: which interfaces NCCL and Gloo would really select on this host, using
+their exact matching rules (probe/network.py), and NCCL_IB_DISABLE. NCCL_IB_HCA, the RDMA ports and the rest
+of the hardware are judged by rules/topology.py, which lint runs through lint_hardware.py."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 from ..model import Evidence, Finding, Severity
-from ..probe.infiniband import hca_matches, ib_select_ports
 from ..probe.network import gloo_select_interfaces, nccl_select_interfaces
 from .lint_context import Context
 from .nccl_parse import strtoll
@@ -172,55 +172,6 @@ def _gloo_default(ctx: Context) -> Iterator[Finding]:
                                                                       f"{', '.join(host.get('addresses', []))}")],
                       fix=[f"`export GLOO_SOCKET_IFNAME={_best_interface(ctx, ctx.interfaces or []) or 'eth0'}`",
                            "Or fix /etc/hosts so the host name maps to the routable address."])
-
-
-def ib_hca(ctx: Context) -> Iterator[Finding]:
-    """NCCL_IB_HCA that selects no device or no ACTIVE port (prefix match: mlx5_1 also selects mlx5_10..19)."""
-    s, devices = ctx.get("NCCL_IB_HCA"), ctx.ib_devices
-    if s is None or devices is None or not s.value:
-        return
-    if not devices:
-        cause = "ib-missing-in-container" if ctx.in_container else "ib-hca-no-match"
-        yield Finding(cause, Severity.WARNING,
-                      f"{s.shown} but this host shows no RDMA devices (no /sys/class/infiniband): NCCL uses sockets",
-                      evidence=[s.evidence()], confidence=0.7)
-        return
-    names = [d["name"] for d in devices]
-    matching = [(d["name"], p) for d in devices for p in d.get("ports", ())
-                if hca_matches(d["name"], p.get("port"), s.value)]
-    if not matching:
-        yield Finding("ib-hca-no-match", Severity.ERROR,
-                      f"{s.shown} selects no device on this host (devices: {', '.join(names)}): NCCL falls back to "
-                      f"TCP sockets", evidence=[s.evidence()],
-                      fix=[f"`export NCCL_IB_HCA={','.join('=' + n for n in names)}` (or the subset you want)"])
-        return
-    if not ib_select_ports(s.value, devices):
-        states = ", ".join(f"{d}:{p.get('port')} {p.get('state')}" for d, p in matching)
-        yield Finding("ib-port-down", Severity.ERROR,
-                      f"{s.shown} selects only ports that are not ACTIVE ({states}): NCCL falls back to sockets",
-                      evidence=[s.evidence()])
-        return
-    if not s.value.lstrip("^").startswith("="):
-        wanted = [e.split(":")[0] for e in s.value.lstrip("^").split(",") if e]
-        extra = sorted({d for d, _ in matching if d not in wanted and not s.value.startswith("^")})
-        if extra:
-            yield Finding("ib-hca-no-match", Severity.WARNING,
-                          f"{s.shown} is a prefix list: it also selects {', '.join(extra)}",
-                          evidence=[s.evidence()], confidence=0.6,
-                          fix=[f"Use exact names: `export NCCL_IB_HCA={'=' + ','.join(wanted)}`"])
-
-
-def ib_ports(ctx: Context) -> Iterator[Finding]:
-    """RDMA devices are present but none of their ports is ACTIVE: NCCL silently uses TCP sockets."""
-    devices = ctx.ib_devices
-    if not devices or ctx.get("NCCL_IB_HCA") or ctx.active_ib_ports:
-        return
-    states = [f"{d['name']}:{p.get('port')} {p.get('state')}/{p.get('phys_state')}" for d in devices
-              for p in d.get("ports", ())]
-    if states:
-        yield Finding("ib-port-down", Severity.WARNING,
-                      f"no InfiniBand/RoCE port is ACTIVE ({', '.join(states)}): NCCL will use TCP sockets",
-                      evidence=[Evidence("/sys/class/infiniband", st) for st in states])
 
 
 def ib_disabled(ctx: Context) -> Iterator[Finding]:

@@ -1,9 +1,11 @@
 """Hardware facts (probe/hardware.py) -> findings: topology, InfiniBand ports, NVLink and fabric
-manager, GPU health, PCIe links.
+manager, GPU health, PCIe links. `topo` runs it over its full reading; `lint` (and so `check`, on every
+rank) over probe.collect()'s hardware and infiniband sections.
 
 Each check is one small function over the facts and the NCCL environment that yields findings, and
 yields nothing when all is well; `judge()` runs them all. Facts a probe could not read
-({"unavailable": ...}) make their checks silent rather than guess.
+({"unavailable": ...}) make their checks silent rather than guess. This module is the one home of the
+InfiniBand judgements (NCCL_IB_HCA, ports, /dev/infiniband in containers, GIDs, rates, counters).
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..model import Evidence, Finding, Severity
+from ..probe.infiniband import hca_matches, parse_hca, port_usable
 from ..probe.topology import distance_rank, knowledge
+from .nccl_parse import strtoll
 
 Facts = Mapping[str, Any]
 Env = Mapping[str, str]
@@ -40,47 +44,52 @@ def worse(a: Severity, b: Severity) -> Severity:
     return a if a.rank <= b.rank else b
 
 
-# ---------------------------------------------------------------- NCCL_IB_HCA
-
-def parse_hca_spec(spec: str) -> tuple[bool, bool, list[tuple[str, str | None]]]:
-    """NCCL_IB_HCA: '^' excludes, then '=' asks exact names (else prefixes); items are dev[:port[:...]]."""
-    spec = spec.strip()
-    exclude = spec.startswith("^")
-    spec = spec.removeprefix("^")
-    exact = spec.startswith("=")
-    spec = spec.removeprefix("=")
-    items = []
-    for item in spec.split(","):
-        name, _, rest = item.strip().partition(":")
-        if name:
-            items.append((name, rest.partition(":")[0] or None))
-    return exclude, exact, items
+def setting(env: Env, name: str) -> Evidence:
+    """Where a variable was set: the file and line when `env` knows them (lint's settings), else "env"."""
+    where = getattr(env, "where", None)
+    source, line = where(name) if where else ("env", None)
+    return Evidence(source, f"{name}={env[name]}", line)
 
 
-def hca_selects(spec: str | None, device: str, port: str | None = None) -> bool:
-    """Whether NCCL would use DEVICE[:PORT] under NCCL_IB_HCA=spec (unset selects everything)."""
-    if not spec or not spec.strip():
-        return True
-    exclude, exact, items = parse_hca_spec(spec)
-    hit = any((device == name if exact else device.startswith(name)) and (p is None or port is None or p == port)
-              for name, p in items)
-    return hit != exclude
-
+# ---------------------------------------------------------------- InfiniBand facts
 
 def ib_in_use(env: Env) -> bool:
-    return env.get("NCCL_IB_DISABLE", "").strip() != "1"
+    """NCCL_IB_DISABLE is read with strtoll: only a non-zero number turns the IB transport off."""
+    return strtoll(env.get("NCCL_IB_DISABLE", "")).value == 0
 
 
-def selected_ports(facts: Facts, env: Env) -> Iterator[tuple[str, str, dict[str, Any]]]:
-    spec = env.get("NCCL_IB_HCA")
-    for dev, info in part(facts, "ib_ports").get("devices", {}).items():
-        for port, p in info.get("ports", {}).items():
-            if hca_selects(spec, dev, port):
-                yield dev, port, p
+def ib_devices(facts: Facts) -> list[dict[str, Any]] | None:
+    """The RDMA devices sysfs showed ([] when none), or None when they were not read."""
+    ib = facts.get("ib_ports")
+    return None if not isinstance(ib, Mapping) or "unavailable" in ib else ib.get("devices", [])
 
 
-def port_is_active(p: Mapping[str, Any]) -> bool:
-    return p.get("state_code") == 4 or p.get("state") == "ACTIVE"
+def sysfs_ports(facts: Facts, spec: str | None = None) -> list[tuple[str, int, dict[str, Any]]]:
+    """(device, port number, port facts) of every sysfs port that NCCL_IB_HCA=spec selects."""
+    return [(dev["name"], p["port"], p) for dev in ib_devices(facts) or () for p in dev.get("ports", ())
+            if hca_matches(dev["name"], p["port"], spec)]
+
+
+def hca_candidates(facts: Facts) -> list[tuple[str, int | None]]:
+    """What NCCL_IB_HCA is matched against: the sysfs ports, else the NICs of a saved matrix (port unknown)."""
+    ports = [(dev, num) for dev, num, _ in sysfs_ports(facts)]
+    return ports or [(name, None) for name in (part(facts, "topology").get("nics") or {}).values()]
+
+
+def shown(dev: str, num: int | None) -> str:
+    return dev if num is None else f"{dev}:{num}"
+
+
+def state_text(p: Mapping[str, Any]) -> str:
+    why = PHYS_MEANING.get(p.get("phys_state") or "", "")
+    if p.get("phys_state") == "LinkUp" and p.get("link_layer") != "InfiniBand":
+        why = ""  # only InfiniBand ports wait for a subnet manager
+    return f"{p.get('state') or '?'}/{p.get('phys_state') or '?'}" + (f": {why}" if why else "")
+
+
+def port_evidence(dev: str, num: int, p: Mapping[str, Any]) -> Evidence:
+    return Evidence(f"{IB_SYSFS}/{dev}/ports/{num}", f"state={p.get('state_code')}: {p.get('state')}, "
+                                                     f"phys_state={p.get('phys_state_code')}: {p.get('phys_state')}")
 
 
 # ---------------------------------------------------------------- topology
@@ -117,33 +126,55 @@ def check_gpu_nic_far(facts: Facts, env: Env) -> Iterator[Finding]:
                  "or add a NIC on the other socket."])
 
 
-def rdma_ports(facts: Facts) -> dict[str, list[str | None]]:
-    """RDMA device -> its ports, from sysfs; else the NIC names of the matrix (ports unknown)."""
-    devices = part(facts, "ib_ports").get("devices", {})
-    if devices:
-        return {dev: list(info.get("ports", {})) for dev, info in devices.items()}
-    return {name: [None] for name in (part(facts, "topology").get("nics") or {}).values()}
-
-
 def check_ib_hca(facts: Facts, env: Env) -> Iterator[Finding]:
-    spec = env.get("NCCL_IB_HCA", "").strip()
-    devices = rdma_ports(facts)
-    if not spec or not devices or not ib_in_use(env):
+    """NCCL_IB_HCA that selects nothing on this host, a prefix list that selects more than it names, or a
+    choice that leaves GPUs without their near NIC."""
+    spec = env.get("NCCL_IB_HCA")
+    if not spec or not ib_in_use(env):
         return
-    chosen = {dev for dev, ports in devices.items() for port in ports or [None] if hca_selects(spec, dev, port)}
+    candidates = hca_candidates(facts)
+    if not candidates:
+        if ib_devices(facts) == []:
+            yield from no_rdma_devices(facts, env)
+        return
+    chosen = [(dev, num) for dev, num in candidates if hca_matches(dev, num, spec)]
     if not chosen:
+        names = ", ".join(shown(dev, num) for dev, num in candidates)
+        devices = sorted({dev for dev, _ in candidates})
         yield Finding(
             "ib-hca-no-match", Severity.ERROR,
-            f"NCCL_IB_HCA={spec} selects none of this host's RDMA devices ({', '.join(devices)}); "
-            "NCCL falls back to TCP sockets",
-            confidence=0.9, evidence=[Evidence("env", f"NCCL_IB_HCA={spec}"),
-                                      Evidence(IB_SYSFS, "devices: " + ", ".join(devices))],
-            fix=[f"export NCCL_IB_HCA={','.join(devices)} (or the subset you mean), or unset it."])
+            f"NCCL_IB_HCA={spec} selects none of this host's RDMA devices ({names}); NCCL falls back to TCP sockets",
+            confidence=0.9, evidence=[setting(env, "NCCL_IB_HCA"), Evidence(IB_SYSFS, "devices: " + names)],
+            fix=[f"`export NCCL_IB_HCA={'=' + ','.join(devices)}` (or the subset you mean), or unset it."])
         return
-    yield from far_hca_choice(facts, spec, chosen)
+    yield from prefix_surprise(env, spec, {dev for dev, _ in candidates}, {dev for dev, _ in chosen})
+    yield from far_hca_choice(facts, env, spec, {dev for dev, _ in chosen})
 
 
-def far_hca_choice(facts: Facts, spec: str, chosen: set[str]) -> Iterator[Finding]:
+def no_rdma_devices(facts: Facts, env: Env) -> Iterator[Finding]:
+    container = bool((part(facts, "host").get("container") or {}).get("detected"))
+    yield Finding(
+        "ib-missing-in-container" if container else "ib-hca-no-match", Severity.WARNING,
+        f"NCCL_IB_HCA={env['NCCL_IB_HCA']} but this host shows no RDMA devices (nothing in {IB_SYSFS})"
+        + (", as containers started without the RDMA devices do" if container else "") + ": NCCL uses TCP sockets",
+        confidence=0.7, evidence=[setting(env, "NCCL_IB_HCA"), Evidence(IB_SYSFS, "no devices")])
+
+
+def prefix_surprise(env: Env, spec: str, devices: set[str], chosen: set[str]) -> Iterator[Finding]:
+    """Without `=`, every entry is a prefix: an entry naming one device (mlx5_1) also selects the devices
+    whose names it begins (mlx5_10..mlx5_19). An entry that names no device (mlx5) is a prefix on purpose."""
+    hca = parse_hca(spec)
+    exact_names = set(hca.names) & devices
+    extra = sorted(d for d in chosen - exact_names if any(d.startswith(name) for name in exact_names))
+    if hca.exact or hca.exclude or not extra:
+        return
+    yield Finding(
+        "ib-hca-no-match", Severity.WARNING, f"NCCL_IB_HCA={spec} is a prefix list: it also selects {', '.join(extra)}",
+        confidence=0.6, evidence=[setting(env, "NCCL_IB_HCA")],
+        fix=[f"Use exact names: `export NCCL_IB_HCA=={spec}`"])
+
+
+def far_hca_choice(facts: Facts, env: Env, spec: str, chosen: set[str]) -> Iterator[Finding]:
     """NCCL_IB_HCA leaves a GPU with only a far NIC while a near one (within the GDR limit) exists."""
     topo = part(facts, "topology")
     nics = topo.get("nics") or {}
@@ -162,7 +193,7 @@ def far_hca_choice(facts: Facts, spec: str, chosen: set[str]) -> Iterator[Findin
             f"{', '.join(g for g, _, _ in hurt)}; those GPUs reach their NIC only across "
             f"{'/'.join(sorted({kept[0] for _, _, kept in hurt}))} without GPUDirect RDMA",
             confidence=0.8,
-            evidence=[Evidence("env", f"NCCL_IB_HCA={spec}")] + [
+            evidence=[setting(env, "NCCL_IB_HCA")] + [
                 Evidence(topo.get("source", SMI), f"{g}: {'/'.join(best[1])} = {best[0]}, selected "
                                                   f"{'/'.join(kept[1])} = {kept[0]}") for g, best, kept in hurt],
             fix=[f"Add {', '.join(left_out)} to NCCL_IB_HCA (or unset it to let NCCL pick the nearest NIC)."])
@@ -171,41 +202,46 @@ def far_hca_choice(facts: Facts, spec: str, chosen: set[str]) -> Iterator[Findin
 # ---------------------------------------------------------------- InfiniBand / RoCE ports
 
 def check_ib_ports(facts: Facts, env: Env) -> Iterator[Finding]:
-    if not ib_in_use(env):
+    """Ports NCCL would consider (NCCL_IB_HCA applied) that are not ACTIVE. No usable port left: one
+    finding, NCCL falls back to TCP sockets. Otherwise one per port; a port administratively Disabled is
+    taken as deliberate unless NCCL_IB_HCA names it."""
+    spec = env.get("NCCL_IB_HCA") or None
+    ports = sysfs_ports(facts, spec)
+    down = [(dev, num, p) for dev, num, p in ports if not port_usable(p)]
+    if not down or not ib_in_use(env):
         return
-    ports = list(selected_ports(facts, env))
-    down = [(d, n, p) for d, n, p in ports if not port_is_active(p)]
-    if not down:
-        return
-    none_left = len(down) == len(ports)
-    named = bool(env.get("NCCL_IB_HCA", "").strip())
-    for dev, num, p in down:
-        why = PHYS_MEANING.get(p.get("phys_state") or "", "")
-        if p.get("phys_state") == "LinkUp" and p.get("link_layer") != "InfiniBand":
-            why = ""
+    if len(down) == len(ports):
+        listing = ", ".join(f"{dev}:{num} {state_text(p)}" for dev, num, p in down)
         yield Finding(
-            "ib-port-down", Severity.ERROR if none_left or named else Severity.WARNING,
-            f"{dev} port {num} ({p.get('link_layer') or '?'}) is {p.get('state') or '?'}"
-            f", physical state {p.get('phys_state') or '?'}{': ' + why if why else ''}"
-            + ("; no active RDMA port is left, NCCL falls back to TCP sockets" if none_left else
-               "; NCCL skips it, and nodes can end up with different NIC counts"),
-            confidence=0.9,
-            evidence=[Evidence(f"{IB_SYSFS}/{dev}/ports/{num}",
-                               f"state={p.get('state_code')}: {p.get('state')}, "
-                               f"phys_state={p.get('phys_state_code')}: {p.get('phys_state')}")],
-            fix=[] if none_left else [f"Exclude it until fixed: export NCCL_IB_HCA=^{dev}:{num}"])
+            "ib-port-down", Severity.ERROR if spec else Severity.WARNING,
+            (f"NCCL_IB_HCA={spec} selects no ACTIVE port" if spec else "no InfiniBand/RoCE port is ACTIVE")
+            + f" ({listing}): NCCL falls back to TCP sockets",
+            confidence=0.9, evidence=([setting(env, "NCCL_IB_HCA")] if spec else [])
+            + [port_evidence(dev, num, p) for dev, num, p in down])
+        return
+    hca = parse_hca(spec) if spec else None
+    named = set(hca.names) if hca and not hca.exclude else set()
+    for dev, num, p in down:
+        if dev not in named and p.get("phys_state") == "Disabled":
+            continue
+        yield Finding(
+            "ib-port-down", Severity.ERROR if dev in named else Severity.WARNING,
+            f"{dev} port {num} ({p.get('link_layer') or '?'}) is {state_text(p)}; NCCL skips it, and nodes can "
+            "end up with different NIC counts",
+            confidence=0.9, evidence=[port_evidence(dev, num, p)],
+            fix=[f"Exclude it until fixed: export NCCL_IB_HCA=^{dev}:{num}"])
 
 
 def check_ib_rate(facts: Facts, env: Env) -> Iterator[Finding]:
     """Active ports that trained below their peers of the same adapter type, or to a 1X width."""
     if not ib_in_use(env):
         return
-    active = [(d, n, p) for d, n, p in selected_ports(facts, env) if port_is_active(p) and p.get("rate_gbps")]
-    devices = part(facts, "ib_ports").get("devices", {})
-    groups: dict[tuple[Any, ...], list[tuple[str, str, dict[str, Any]]]] = {}
-    for dev, num, p in active:
-        adapter = devices[dev].get("hca_type") or devices[dev].get("board_id")
-        groups.setdefault((p.get("link_layer"), adapter), []).append((dev, num, p))
+    groups: dict[tuple[Any, ...], list[tuple[str, int, dict[str, Any]]]] = {}
+    for dev in ib_devices(facts) or ():
+        for p in dev.get("ports", ()):
+            if hca_matches(dev["name"], p["port"], env.get("NCCL_IB_HCA")) and port_usable(p) and p.get("rate_gbps"):
+                adapter = dev.get("hca_type") or dev.get("board_id")
+                groups.setdefault((p.get("link_layer"), adapter), []).append((dev["name"], p["port"], p))
     for members in groups.values():
         expected = max(p["rate_gbps"] for _, _, p in members)
         for dev, num, p in members:
@@ -221,7 +257,8 @@ def check_ib_rate(facts: Facts, env: Env) -> Iterator[Finding]:
 
 
 def check_ib_counters(facts: Facts, env: Env) -> Iterator[Finding]:
-    """Error counters that rose between two samples; without sampling, non-zero totals as info."""
+    """Error counters that rose between two samples; without sampling, non-zero totals as info (the
+    counters are read by `topo`, not by probe.collect())."""
     if not ib_in_use(env):
         return
     table = knowledge()["ib"]
@@ -246,7 +283,7 @@ def check_ib_counters(facts: Facts, env: Env) -> Iterator[Finding]:
                 fix=[f"Replace the cable/transceiver of {port}; exclude it meanwhile: "
                      f"export NCCL_IB_HCA=^{port.replace('/', ':')}"])
         return
-    for dev, num, p in selected_ports(facts, env):
+    for dev, num, p in sysfs_ports(facts, env.get("NCCL_IB_HCA")):
         nonzero = {name: p["counters"][name] for name in table["counters"] if p.get("counters", {}).get(name)}
         if nonzero:
             yield Finding(
@@ -259,33 +296,36 @@ def check_ib_counters(facts: Facts, env: Env) -> Iterator[Finding]:
 
 
 def check_roce_gid(facts: Facts, env: Env) -> Iterator[Finding]:
+    """NCCL_IB_GID_INDEX against the GID table of every active RoCE port NCCL would use. Only the slots
+    that were read count: probe.collect() reads the first ones, `topo` all of them."""
     if not ib_in_use(env):
         return
-    wanted = env.get("NCCL_IB_GID_INDEX", "").strip()
-    for dev, num, p in selected_ports(facts, env):
-        if p.get("link_layer") != "Ethernet" or not port_is_active(p):
+    wanted = strtoll(env["NCCL_IB_GID_INDEX"]).value if env.get("NCCL_IB_GID_INDEX") else -1
+    for dev, num, p in sysfs_ports(facts, env.get("NCCL_IB_HCA")):
+        if p.get("link_layer") != "Ethernet" or not port_usable(p) or "gids" not in p:
             continue
-        gids = {g["index"]: g for g in p.get("gids", [])}
+        gids = {g["index"]: g for g in p["gids"]}
+        complete = p.get("gids_read", 0) >= p.get("gid_slots", 0)
         v2_ipv4 = sorted(i for i, g in gids.items() if g.get("type") == ROCE_V2 and g.get("ipv4"))
         where = Evidence(f"{IB_SYSFS}/{dev}/ports/{num}/gids", "; ".join(
             f"[{i}] {g.get('type')} {g.get('ipv4') or g['gid']}" for i, g in sorted(gids.items())) or "empty")
         suggestion = [f"export NCCL_IB_GID_INDEX={i}  (RoCE v2, {gids[i]['ipv4']})" for i in v2_ipv4[:1]]
-        if wanted and wanted != "-1":
-            entry = gids.get(int(wanted)) if wanted.lstrip("-").isdigit() else None
-            if entry is None:
-                problem = f"NCCL_IB_GID_INDEX={wanted} names an empty GID slot on {dev} port {num}"
-                severity = Severity.ERROR
-            elif entry.get("type") != ROCE_V2 and v2_ipv4:
+        if wanted != -1:
+            entry = gids.get(wanted)
+            if entry is None and (complete or wanted < p.get("gids_read", 0)):
+                problem, severity = f"NCCL_IB_GID_INDEX={wanted} names an empty GID slot on {dev} port {num}", \
+                    Severity.ERROR
+            elif entry is not None and entry.get("type") != ROCE_V2 and v2_ipv4:
                 problem, severity = (f"NCCL_IB_GID_INDEX={wanted} on {dev} port {num} is {entry.get('type')}, "
                                      "which does not route across IP subnets"), Severity.WARNING
-            elif not entry.get("ipv4") and v2_ipv4:
+            elif entry is not None and not entry.get("ipv4") and v2_ipv4:
                 problem, severity = (f"NCCL_IB_GID_INDEX={wanted} on {dev} port {num} is a link-local IPv6 GID "
                                      "while a routable IPv4 RoCE v2 GID exists"), Severity.WARNING
             else:
                 continue
             yield Finding("roce-gid-index", severity, problem, confidence=0.85,
-                          evidence=[Evidence("env", f"NCCL_IB_GID_INDEX={wanted}"), where], fix=suggestion)
-        elif not v2_ipv4:
+                          evidence=[setting(env, "NCCL_IB_GID_INDEX"), where], fix=suggestion)
+        elif not v2_ipv4 and complete:
             yield Finding(
                 "roce-gid-index", Severity.WARNING,
                 f"RoCE port {dev} port {num} has no RoCE v2 GID with an IPv4 address: its net device has "
@@ -297,15 +337,16 @@ def check_roce_gid(facts: Facts, env: Env) -> Iterator[Finding]:
 
 
 def check_ib_container(facts: Facts, env: Env) -> Iterator[Finding]:
+    """RDMA devices in sysfs without their /dev/infiniband/uverbs* nodes (a container started without them)."""
     ib = part(facts, "ib_ports")
     if not ib.get("devices") or not ib_in_use(env):
         return
-    dev = ib.get("dev_infiniband", {})
+    dev = ib.get("dev_infiniband") or {}
     if dev.get("present") and dev.get("uverbs"):
         return
     yield Finding(
         "ib-missing-in-container", Severity.ERROR if env.get("NCCL_IB_HCA") else Severity.WARNING,
-        f"{', '.join(ib['devices'])} listed in {IB_SYSFS} but "
+        f"{', '.join(d['name'] for d in ib['devices'])} listed in {IB_SYSFS} but "
         + ("/dev/infiniband is missing" if not dev.get("present") else "/dev/infiniband has no uverbs device")
         + ": NCCL cannot open the HCAs and uses TCP sockets between nodes",
         confidence=0.8,

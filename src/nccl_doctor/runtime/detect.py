@@ -214,7 +214,8 @@ class Detector:
         step_times = {r: self.views[r].beat.get("step_time") for r in alive if self.views[r].beat.get("step_time")}
         steps = {r: self.views[r].beat.get("step") for r in alive if self.views[r].beat.get("step") is not None}
         for rank in alive:
-            why = (self._late(rank, lags.get(rank), span) or self._slow_steps(rank, step_times)
+            marked = any(phase_rule(p) for p in self.views[rank].beat.get("max_gap_phases") or [])
+            why = ((None if marked else self._late(rank, lags.get(rank), span)) or self._slow_steps(rank, step_times)
                    or self._steps_behind(rank, steps, now))
             self.streaks[rank] = self.streaks.get(rank, 0) + 1 if why else 0
             if why and self.streaks[rank] >= self.settings.straggler_polls:

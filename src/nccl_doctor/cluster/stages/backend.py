@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from datetime import timedelta
 
@@ -16,7 +17,7 @@ def on_rank(ctx) -> None:
     backend = ctx.plan["backend"]
     options = {"backend": backend, "store": ctx.new_store_connection("pg/"), "rank": ctx.rank,
                "world_size": ctx.world.world_size, "timeout": timedelta(seconds=ctx.options.timeout + MARGIN)}
-    if backend == "nccl":
+    if backend == "nccl" and "device_id" in inspect.signature(dist.init_process_group).parameters:  # torch >= 2.3
         options["device_id"] = torch.device("cuda", ctx.state.get("device", ctx.world.local_rank))  # eager init
     ctx.mark("backend")
     started = time.monotonic()

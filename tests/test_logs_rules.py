@@ -1,0 +1,228 @@
+"""The correlation rules on small logs: timeouts (one-rank work versus a lagging rank), known NCCL defects by
+version, fingerprints across ranks, the peer-to-peer hang after init, and the fallback for unrecognised errors."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nccl_doctor.logs import diagnose_text
+from nccl_doctor.model import Severity
+
+WATCHDOG = ("[rank{r}]:[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={n}, NumelOut={n}, Timeout(ms)=1800000) ran for 1800093 "
+            "milliseconds before timing out.")
+
+
+def _timeouts(ranks, op="ALLREDUCE", n=1, seq=40) -> str:
+    return "\n".join(WATCHDOG.format(r=r, op=op, n=n, seq=seq) for r in ranks)
+
+
+def _primary(text: str):
+    findings = diagnose_text(text)
+    assert findings, "nothing found"
+    return findings[0]
+
+
+def _ranked(findings) -> list[str]:
+    return [f.cause for f in findings] + [s.cause for f in findings for s in f.secondary]
+
+
+# ---------------------------------------------------------------------------- timeouts
+
+def test_barrier_like_timeout_without_rank0_points_at_rank0_work_with_the_alternative_kept():
+    findings = diagnose_text(_timeouts([1, 2, 3], op="ALLREDUCE", n=1, seq=67))
+    primary = findings[0]
+    assert primary.cause == "rank0-only-work" and primary.category == "timeout_rank0_only_work"
+    assert primary.ranks == [0] and primary.confidence <= 0.5
+    assert "collective-timeout" in [s.cause for s in primary.secondary]
+
+
+def test_broadcast_timeout_waits_for_its_source():
+    text = ("[E ProcessGroupNCCL.cpp:587] [Rank 2] Watchdog caught collective operation timeout: "
+            "WorkNCCL(OpType=BROADCAST, Timeout(ms)=1800000) ran for 1802157 milliseconds before timing out.")
+    assert _primary(text).cause == "rank0-only-work"
+
+
+def test_rank0_that_times_out_was_waiting_too():
+    primary = _primary(_timeouts([0, 1, 2, 3], n=1, seq=3))
+    assert primary.category == "collective_timeout_desync"
+
+
+def test_gradient_sized_timeout_is_not_rank0_work():
+    primary = _primary(_timeouts([1, 2, 3], n=26214400, seq=812))
+    assert primary.cause == "collective-timeout"
+
+
+def test_early_barrier_means_preprocessing():
+    primary = _primary(_timeouts([1, 2, 3], op="BARRIER", n=1, seq=1))
+    assert primary.cause == "rank0-preprocessing"
+
+
+def test_checkpoint_context_names_the_work_and_raises_confidence():
+    text = "[rank0]:Saving model checkpoint to /ckpt/step-500\n" + _timeouts([1, 2, 3], n=1, seq=500)
+    primary = _primary(text)
+    assert primary.cause == "checkpoint-io" and primary.confidence >= 0.5
+    assert not primary.secondary or "collective-timeout" not in [s.cause for s in primary.secondary]
+
+
+def test_latest_context_wins():
+    text = ("[rank0]:Saving model checkpoint to /ckpt/step-500\n[rank0]:***** Running Evaluation *****\n"
+            + _timeouts([1, 2, 3], n=26214400, seq=600))
+    assert _primary(text).cause == "rank0-evaluation"
+
+
+def test_context_long_before_the_timeout_is_an_earlier_phase():
+    text = ("[rank0]:Saving model checkpoint to /ckpt/step-500\n" + "step done\n" * 3000
+            + _timeouts([1, 2, 3], n=26214400, seq=812))
+    assert _primary(text).cause == "collective-timeout"
+
+
+def test_watchdog_stack_alone_is_a_timeout():
+    text = ("Running predictions on sample ttbar on rank=0:  75%|███████▌  | 3/4 [01:51<00:25, 25.36s/it]\n"
+            "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, "
+            "std::ratio<1l, 1000l> > >) + 0x1d2 (0x1554e9e0f8f2 in libtorch_cuda.so)\n")
+    primary = _primary(text)
+    assert primary.cause == "rank0-evaluation"
+    assert "checkTimeout stack" in primary.message
+
+
+def test_a_lagging_rank_beats_a_progress_bar():
+    text = ("[rank0]: 35%|████      | 350/1000 [10:00<20:00, 1.7s/it]\n"
+            + _timeouts([0, 1, 3], n=4096, seq=41) + "\n" + _timeouts([2], n=4096, seq=40))
+    primary = _primary(text)
+    assert primary.category == "collective_timeout_desync" and primary.ranks == [2]
+
+
+# ---------------------------------------------------------------------------- known defects by NCCL version
+
+MAX_SHARED = "host:1:2 [0] NCCL INFO ncclMaxSharedMem 82240 exceeds device/fn maxSharedMem 79856"
+CPU_ATTR = ("host:1:2 [1] graph/xml.h:101 NCCL WARN Attribute arch of node cpu not found\n"
+            "host:1:2 [1] NCCL INFO graph/topo.cc:493 -> 3")
+
+
+def test_shared_memory_defect_on_an_old_release():
+    primary = _primary("host:1:1 [0] NCCL INFO NCCL version 2.25.1+cuda12.8\n" + MAX_SHARED)
+    assert primary.cause == "nccl-known-bug" and primary.confidence >= 0.9
+    assert any("2.26.2" in f for f in primary.fix)
+
+
+def test_shared_memory_message_on_a_release_with_the_fix_asks_for_a_newer_one():
+    primary = _primary("host:1:1 [0] NCCL INFO NCCL version 2.27.3+cuda12.9\n" + MAX_SHARED)
+    assert primary.cause == "nccl-known-bug" and "newer release still" in primary.message
+
+
+def test_topology_attribute_with_old_nccl_is_the_defect():
+    findings = diagnose_text("NCCL version 2.7.8+cuda11.0\n" + CPU_ATTR)
+    assert findings[0].cause == "nccl-known-bug" and "2.8.3" in findings[0].message
+
+
+def test_topology_attribute_with_new_nccl_is_the_file():
+    findings = diagnose_text("NCCL version 2.21.5+cuda12.4\n" + CPU_ATTR)
+    assert findings[0].cause == "nccl-graph-file"
+    assert "nccl-known-bug" not in _ranked(findings)
+
+
+def test_topology_attribute_without_version_keeps_both_readings():
+    findings = diagnose_text(CPU_ATTR)
+    assert _ranked(findings)[:2] == ["nccl-graph-file", "nccl-known-bug"]
+
+
+# ---------------------------------------------------------------------------- mismatched collectives
+
+def test_fingerprints_name_the_rank_that_diverged():
+    fp = ("[I ProcessGroupWrapper.cpp:562] [Rank {r}] Running collective: CollectiveFingerPrint("
+          "SequenceNumber={s}, OpType=BROADCAST, TensorShape=[{shape}], TensorDtypes={dt}, "
+          "TensorDeviceTypes=TensorOptions(dtype=float))")
+    text = "\n".join([fp.format(r=1, s=3, shape=1, dt="Long"), fp.format(r=0, s=4, shape=73, dt="Byte"),
+                      fp.format(r=2, s=4, shape=73, dt="Byte"),
+                      "RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: "
+                      "CollectiveFingerPrint(SequenceNumber=21, OpType=BROADCAST, TensorShape=[1], memory_format"])
+    primary = _primary(text)
+    assert primary.cause == "collective-mismatch" and primary.ranks == [1]
+
+
+def test_fingerprints_without_a_failure_say_nothing():
+    fp = ("[I ProcessGroupWrapper.cpp:562] [Rank {r}] Running collective: "
+          "CollectiveFingerPrint(SequenceNumber={s}, OpType=ALLREDUCE)")
+    assert diagnose_text(fp.format(r=0, s=5) + "\n" + fp.format(r=1, s=6)) == []
+
+
+def test_nccl_device_side_mismatch():
+    text = ("init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls at and around "
+            "rank 39. You can use NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs")
+    primary = _primary(text)
+    assert primary.category == "mismatched_collectives" and 39 in primary.ranks
+
+
+# ---------------------------------------------------------------------------- hang right after init
+
+NCCL_TESTS_START = """# nThread 1 nGpus 4 minBytes 8 maxBytes 268435456 step: 2(factor) warmup iters: 5
+# Using devices
+#   Rank  0 Pid  15833 on box device  0 [0x02] GeForce GTX 1080 Ti
+#   Rank  1 Pid  15833 on box device  1 [0x03] GeForce GTX 1080 Ti
+box:15833:15833 [0] NCCL INFO Bootstrap : Using [0]eth0:10.2.3.32<0>
+NCCL version 2.4.8+cuda10.0
+box:15833:15833 [0] NCCL INFO nranks 2
+"""
+
+
+def test_init_then_silence_on_pcie_gpus_is_a_weak_p2p_hang():
+    primary = _primary(NCCL_TESTS_START)
+    assert primary.cause == "p2p-acs-iommu" and primary.severity == Severity.WARNING
+    assert primary.confidence <= 0.5 and "GeForce GTX 1080 Ti" in primary.message
+
+
+def test_results_mean_no_hang():
+    row = "     8388608       2097152     float     sum      -1   1234.5    6.80   11.90      0"
+    assert diagnose_text(NCCL_TESTS_START + row + "\n") == []
+
+
+def test_output_after_init_means_no_hang():
+    assert diagnose_text(NCCL_TESTS_START + "epoch 1 step 10 loss 2.31\n" * 60) == []
+
+
+# ---------------------------------------------------------------------------- fallback
+
+def test_unrecognised_warn_with_error_chain_is_an_error_by_result_code():
+    text = ("node-1:1:9 [0] misc/strongstream.cc:395 NCCL WARN Some brand new failure\n"
+            "node-1:1:9 [0] NCCL INFO misc/strongstream.cc:400 -> 3\nnode-1:1:9 [0] NCCL INFO init.cc:1500 -> 3\n")
+    primary = _primary(text)
+    assert primary.cause == "nccl-internal-error" and primary.severity == Severity.ERROR
+    assert primary.message.startswith("fallback") and primary.confidence < 0.4
+    assert "brand new failure" in primary.message
+
+
+def test_unrecognised_warn_is_judged_by_its_source_file():
+    text = ("node-1:1:9 [0] graph/xml.cc:999 NCCL WARN Something odd\n"
+            "node-1:1:9 [0] NCCL INFO graph/topo.cc:700 -> 3\n")
+    assert _primary(text).cause == "nccl-graph-file"
+
+
+def test_lone_unrecognised_warn_is_only_a_warning():
+    primary = _primary("node-1:1:9 [0] misc/foo.cc:12 NCCL WARN A heads-up\nepoch 1 loss 2.3\n")
+    assert primary.severity == Severity.WARNING
+
+
+def test_recognised_warn_lines_are_not_unrecognised():
+    assert diagnose_text("node:1:1 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]\n") == []
+
+
+def test_unknown_distributed_error_is_an_error():
+    primary = _primary("torch.distributed.DistBackendError: [3] something new happened\n")
+    assert primary.severity == Severity.ERROR and primary.message.startswith("fallback")
+
+
+def test_application_errors_are_not_nccl_findings():
+    assert diagnose_text("Traceback (most recent call last):\nKeyError: 'labels'\n") == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from([
+    "node-1:1:9 [0] misc/x.cc:1 NCCL WARN odd", "node-1:1:9 [0] NCCL INFO init.cc:1 -> 5", "epoch 3 loss 1.0",
+    "torch.distributed.DistNetworkError: new", "frame #3: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x10c",
+    "[rank1]: 10%|█         | 1/10", "NCCL version 2.21.5+cuda12.4", MAX_SHARED]), max_size=12))
+def test_fallback_is_never_confident(lines):
+    for finding in diagnose_text("\n".join(lines) + "\n"):
+        if finding.message.startswith("fallback"):
+            assert finding.confidence < 0.5
