@@ -68,14 +68,13 @@ def inline_pairs(sizes: list[int], iters: int, warmup: int, reps: int) -> None:
     import torch
     import torch.distributed as dist
 
-    from nccl_doctor.cluster.bench.harness import time_op, warm_up
+    from nccl_doctor.cluster.bench.harness import time_op
     from nccl_doctor.cluster.bench.sweep import busbw_of
     from nccl_doctor.cluster.collectives import COLLECTIVES, Spec
 
     dist.init_process_group("gloo")
     n, rank = dist.get_world_size(), dist.get_rank()
     entry, like, spec = COLLECTIVES["all_reduce"], torch.empty(0), Spec()
-    warm_up(entry, max(sizes) // 4, rank, n, like, spec, warmup, True)
 
     def slowest(seconds: float) -> float:
         t = torch.tensor([seconds])
@@ -83,13 +82,14 @@ def inline_pairs(sizes: list[int], iters: int, warmup: int, reps: int) -> None:
         return t.item()
 
     def harness(size: int) -> float:
-        us = time_op(entry, size // 4, rank, n, like, spec, in_place=True, iters=iters, check=False,
-                     wait=timedelta(seconds=300))["us"]
+        us = time_op(entry, size // 4, rank, n, like, spec, in_place=True, iters=iters, warmup=warmup,
+                     check=False, wait=timedelta(seconds=300))["us"]
         return busbw_of("all_reduce", size, slowest(us * 1e-6) * 1e6, n)
 
     def hand(size: int) -> float:
         t = torch.ones(size // 4)
-        dist.all_reduce(t)
+        for _ in range(warmup):
+            dist.all_reduce(t)
         dist.barrier()
         start = time.perf_counter()
         for _ in range(iters):

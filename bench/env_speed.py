@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15)
     runs = parser.parse_args().runs
 
-    from nccl_doctor.probe import SECTIONS, collect
+    from nccl_doctor.probe import DERIVED, SECTION_TIMEOUT_S, SECTIONS, collect
 
     collect()  # warm the imports once
     med, worst = median_seconds(collect, runs)
@@ -37,6 +37,10 @@ def main() -> None:
     for name, probe in SECTIONS.items():
         med, worst = median_seconds(lambda: probe(os.environ), runs)
         print(f"  {name:23} median {med * 1000:7.1f} ms   max {worst * 1000:7.1f} ms")
+    for name, (probe, needs) in DERIVED.items():
+        base = SECTIONS[needs](os.environ)
+        med, worst = median_seconds(lambda: probe(os.environ, base, SECTION_TIMEOUT_S), runs)
+        print(f"  {name:23} median {med * 1000:7.1f} ms   max {worst * 1000:7.1f} ms   (given the {needs} section)")
     for args in (["env"], ["env", "--json"], ["lint"]):
         command = [sys.executable, "-m", "nccl_doctor", *args]
         med, worst = median_seconds(lambda: subprocess.run(command, capture_output=True, timeout=60), runs)

@@ -63,13 +63,16 @@ def test_text_output_speaks_nccl_tests(cli):
            "   busbw #wrong" in out
     rows = [line for line in out if ROW.match(line)]
     assert len(rows) == 6 and all(ROW.match(line).group(2) for line in rows)
-    assert rows[0].split()[:5] == ["1024", "256", "float", "sum", "-1"] and "N/A" in rows[0]  # all_reduce: in place only
+    assert rows[0].split()[:5] == ["1024", "256", "float", "sum", "-1"]
+    assert "N/A" in rows[0]  # all_reduce exists in place only
     assert rows[3].split()[:5] == ["1024", "128", "float", "none", "-1"]  # all_gather: count per rank
-    assert out.count("# Out of bounds values : 0 OK") == 2 and sum(l.startswith("# Avg bus bandwidth") for l in out) == 2
+    assert out.count("# Out of bounds values : 0 OK") == 2
+    assert sum(line.startswith("# Avg bus bandwidth") for line in out) == 2
     assert "Sweep (nccl-tests sizes)" in done.stderr  # stage lines on stderr
 
 
-@pytest.mark.parametrize("args,ranks", [(["-d", "half", "-o", "avg"], 3), (["-d", "int32", "-o", "prod", "-r", "1"], 2)])
+@pytest.mark.parametrize("args,ranks", [(["-d", "half", "-o", "avg"], 3),
+                                        (["-d", "int32", "-o", "prod", "-r", "1"], 2)])
 def test_datatypes_reductions_and_roots_check_exactly(cli, args, ranks):
     done = cli("bench", "all_reduce", "reduce", "reduce_scatter", "--local", str(ranks), "-b", "256", "-e", "2K",
                "-n", "2", "-w", "1", *args, "--json", timeout=120)

@@ -59,7 +59,8 @@ def test_row_combines_ranks_like_nccl_tests():
     assert out["out-of-place"]["busbw"] == pytest.approx(out["out-of-place"]["algbw"] * 3 / 4, rel=1e-5)
     assert out["in-place"]["wrong"] == 1 and list(out["in-place"]["wrong_detail"]) == ["2"]
     assert busbw_of("all_reduce", 1 << 30, 1e6, 8) == pytest.approx(1.073741824 * 2 * 7 / 8)
-    assert average_busbw([out]) == {"all_gather": pytest.approx((out["out-of-place"]["busbw"] + out["in-place"]["busbw"]) / 2)}
+    both = (out["out-of-place"]["busbw"] + out["in-place"]["busbw"]) / 2
+    assert average_busbw([out]) == {"all_gather": pytest.approx(both)}
     mean = row(cell, results, BenchOptions(collectives=("all_gather",), average=1), 4)
     assert mean["out-of-place"]["time_us"] == 2500.0
 

@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from nccl_doctor.model import Severity
+from nccl_doctor.model import Evidence, Severity
 from nccl_doctor.probe.environment import SourcedEnv
+from nccl_doctor.probe.topology import parse_smi_topo
 from nccl_doctor.rules.lint import RULES, lint, rules_markdown
+from nccl_doctor.rules.topology import judge
+from test_topo_fakes import SMI
 
 FIXTURES = Path(__file__).parent / "fixtures" / "env"
 BASE = json.loads((FIXTURES / "facts_8gpu_ib.json").read_text())
@@ -302,7 +305,8 @@ def test_ib_hca_matching():
 
 
 def test_ib_hca_without_devices():
-    no_ib = facts(infiniband={"unavailable": "no /sys/class/infiniband"})
+    no_ib = facts(infiniband={"sysfs": "/sys/class/infiniband", "devices": [],
+                              "dev_infiniband": {"present": False, "uverbs": []}})
     assert one({"NCCL_IB_HCA": "mlx5_0"}, "ib-hca-no-match", no_ib).severity == Severity.WARNING
     no_ib["host"]["container"] = {"detected": True, "runtime": "docker", "markers": ["/.dockerenv"]}
     one({"NCCL_IB_HCA": "mlx5_0"}, "ib-missing-in-container", no_ib)
@@ -322,6 +326,68 @@ def test_ib_disabled_with_active_ports():
     assert "mlx5_0:1 (400 Gb/sec (4X NDR))" in f.message
     none({"NCCL_IB_DISABLE": "0"}, "ib-not-used")
     none({"NCCL_IB_DISABLE": "1"}, "ib-not-used", facts(infiniband={"unavailable": "none"}))
+
+
+def test_roce_gid_index_with_where_it_was_set():
+    none({"NCCL_IB_GID_INDEX": "3"}, "roce-gid-index")
+    f = lint(SourcedEnv({"NCCL_IB_GID_INDEX": "0", "NCCL_DEBUG": "WARN"}, "job.env", {"NCCL_IB_GID_INDEX": 4}), BASE)
+    gid = [x for x in f if x.cause == "roce-gid-index"]
+    assert len(gid) == 1 and "IB/RoCE v1" in gid[0].message and "NCCL_IB_GID_INDEX=3" in gid[0].fix[0]
+    assert gid[0].evidence[0] == Evidence("job.env", "NCCL_IB_GID_INDEX=0", 4)
+    none({"NCCL_IB_GID_INDEX": "40"}, "roce-gid-index")  # beyond the 16 slots collect() reads: not judged
+    assert one({"NCCL_IB_GID_INDEX": "7"}, "roce-gid-index").severity == Severity.ERROR  # read, and empty
+
+
+def test_ib_hca_from_an_nccl_conf_file_is_judged_with_its_line():
+    fx = facts(**{"environment.nccl_conf": [{"origin": "/etc/nccl.conf", "path": "/etc/nccl.conf", "exists": True,
+                                             "entries": [{"line": 2, "name": "NCCL_IB_HCA", "value": "mlx5_4"}]}]})
+    f = one({}, "ib-hca-no-match", fx)
+    assert f.evidence[0] == Evidence("/etc/nccl.conf", "NCCL_IB_HCA=mlx5_4", 2)
+
+
+def test_missing_dev_infiniband():
+    fx = facts(**{"infiniband.dev_infiniband": {"present": True, "uverbs": []}})
+    assert "no uverbs device" in one({}, "ib-missing-in-container", fx).message
+
+
+def smi_hardware(name: str, **extra) -> dict:
+    topo = {"source": "nvidia-smi topo -m", **parse_smi_topo((SMI / name).read_text())}
+    return {"topology": topo, "gpu_health": {"unavailable": "NVML: not in this test"}, "pci": {"devices": {}},
+            "fabric": {"nvswitch": {"present": False}, "gpu_fabric_state": {}}, "xid": {"events": []}, **extra}
+
+
+def test_lint_judges_the_hardware_section():
+    assert [f.cause for f in found({}, facts(hardware=smi_hardware("h100_nv18_9nic_nccl1453.txt")))
+            if f.category not in ("nccl_config",)] == []
+    sick = smi_hardware(
+        "h100_nv18_6nic_nccl1357.txt",
+        fabric={"nvswitch": {"present": True, "pci": ["0000:07:00.0"]}, "gpu_fabric_state": {},
+                "fabric_manager_process": False, "fabric_manager_service": "inactive"},
+        xid={"source": "dmesg", "since_boot": True, "events": [
+            {"source": "dmesg", "line": 7, "bus_id": "0000:18:00.0", "xid": 79,
+             "text": "NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus."}]},
+        gpu_health={"gpus": [{"index": 0, "bus_id": "0000:18:00.0", "pcie": {"gen": 5, "max_gen": 5, "width": 8,
+                                                                              "max_width": 16},
+                              "ecc": {"volatile_uncorrected": 3}, "throttle": []}], "p2p": {}})
+    fx = facts(hardware=sick)
+    assert one({}, "gpu-nic-far", fx).message.startswith("GPU1, GPU3, GPU5:")
+    assert one({}, "fabric-manager", fx).severity == Severity.ERROR
+    assert one({}, "gpu-xid", fx).severity == Severity.ERROR
+    assert one({}, "gpu-ecc", fx).severity == Severity.ERROR
+    assert "x8" in one({}, "pcie-degraded", fx).message
+    none({"NCCL_IB_DISABLE": "1"}, "gpu-nic-far", fx)
+    assert lint({}, facts(hardware={"unavailable": "probe did not finish"})) is not None
+
+
+@pytest.mark.parametrize("env", [{}, {"NCCL_IB_HCA": "mlx5_1"}, {"NCCL_IB_HCA": "=mlx5_10"}, {"NCCL_IB_HCA": "mlx5_2"},
+                                 {"NCCL_IB_HCA": "^mlx5_0"}, {"NCCL_IB_GID_INDEX": "0"}])
+def test_ib_findings_have_one_home_shared_with_topo(env):
+    """lint's InfiniBand findings are exactly rules.topology's (what `topo` reports), each once."""
+    findings = found(env)
+    ib = [(f.cause, f.message) for f in findings if f.category == "infiniband_roce"]
+    assert len(ib) == len(set(ib))
+    topo = judge({"ib_ports": BASE["infiniband"], "host": BASE["host"]}, {"NCCL_DEBUG": "WARN", **env})
+    assert sorted(ib) == sorted((f.cause, f.message) for f in topo if f.category == "infiniband_roce")
 
 
 # ------------------------------------------------------------------ rendezvous

@@ -87,6 +87,11 @@ def test_watchdog_stack_alone_is_a_timeout():
     assert "checkTimeout stack" in primary.message
 
 
+def test_a_progress_bar_alone_is_the_training_loop():
+    text = "  1%|▏         | 24/1752 [01:08<1:22:56,  2.88s/it]" + _timeouts([5], n=26214400, seq=1580)
+    assert _primary(text).cause == "collective-timeout"
+
+
 def test_a_lagging_rank_beats_a_progress_bar():
     text = ("[rank0]: 35%|████      | 350/1000 [10:00<20:00, 1.7s/it]\n"
             + _timeouts([0, 1, 3], n=4096, seq=41) + "\n" + _timeouts([2], n=4096, seq=40))

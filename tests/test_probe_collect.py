@@ -1,4 +1,5 @@
-"""collect(): every section present, JSON-able, isolated; host, limits, GPUs (fake NVML) and IB (fake sysfs)."""
+"""collect(): every section present, JSON-able, isolated and bounded; host, limits, GPUs (fake NVML), the hardware
+section. The IB reader has its own tests (test_probe_infiniband.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,10 @@ import sys
 import time
 import types
 
-import pytest
-
 from nccl_doctor import probe
-from nccl_doctor.probe import gpus, host, infiniband, limits
+from nccl_doctor.probe import gpus, hardware, host, limits
 
-SECTIONS = {"host", "software", "gpus", "network", "infiniband", "limits", "environment"}
+SECTIONS = {"host", "software", "gpus", "network", "infiniband", "limits", "environment", "hardware"}
 
 
 def test_collect_has_every_section_and_is_json():
@@ -114,54 +113,34 @@ def test_gpus_through_nvml(monkeypatch):
     assert "Driver Not Loaded" in gpus.probe({})["unavailable"]
 
 
-def make_sysfs(root, devices):
-    for name, ports, netdev in devices:
-        dev = root / name
-        (dev / "ports").mkdir(parents=True)
-        (dev / "fw_ver").write_text("28.39.1002\n")
-        (dev / "node_type").write_text("1: CA\n")
-        if netdev:
-            (dev / "device" / "net" / netdev).mkdir(parents=True)
-        for number, (state, phys, rate, layer) in enumerate(ports, 1):
-            port = dev / "ports" / str(number)
-            port.mkdir()
-            (port / "state").write_text(state + "\n")
-            (port / "phys_state").write_text(phys + "\n")
-            (port / "rate").write_text(rate + "\n")
-            (port / "link_layer").write_text(layer + "\n")
-    return root
+def test_hardware_section_is_light_and_leaves_ib_ports_to_the_infiniband_section():
+    facts = probe.collect({})
+    hw = facts["hardware"]
+    assert set(hw) == {"topology", "gpu_health", "fabric", "pci", "xid"}
+    assert len(json.dumps(hw)) < 20_000
+    assert "devices" in facts["infiniband"]
 
 
-ACTIVE = ("4: ACTIVE", "5: LinkUp", "200 Gb/sec (4X HDR)", "InfiniBand")
-DOWN = ("1: DOWN", "3: Disabled", "10 Gb/sec (4X SDR)", "InfiniBand")
-ROCE = ("4: ACTIVE", "5: LinkUp", "100 Gb/sec (2X HDR)", "Ethernet")
+def test_hardware_waits_for_the_infiniband_section_only_so_long(monkeypatch):
+    def hang(env):
+        time.sleep(30)
+
+    monkeypatch.setitem(probe.SECTIONS, "infiniband", hang)
+    start = time.monotonic()
+    facts = probe.collect({}, timeout=2.0)
+    assert time.monotonic() - start < 5
+    assert "did not finish" in facts["infiniband"]["unavailable"]
+    assert "topology" in facts["hardware"]  # read without the IB facts
 
 
-def test_infiniband_from_sysfs(tmp_path):
-    root = make_sysfs(tmp_path / "infiniband", [("mlx5_0", [ACTIVE], "ib0"), ("mlx5_1", [DOWN, ROCE], None),
-                                                ("mlx5_10", [ACTIVE], None)])
-    facts = infiniband.probe({}, sysfs=str(root))
-    dev = facts["devices"][0]
-    assert dev["name"] == "mlx5_0" and dev["netdevs"] == ["ib0"] and dev["fw_ver"] == "28.39.1002"
-    assert dev["ports"][0] == {"port": 1, "state": "ACTIVE", "state_code": 4, "phys_state": "LinkUp",
-                               "phys_state_code": 5, "rate": "200 Gb/sec (4X HDR)", "rate_gbps": 200.0,
-                               "link_layer": "InfiniBand"}
-    devices = facts["devices"]
-    pick = lambda spec: [(p["device"], p["port"]) for p in infiniband.ib_select_ports(spec, devices)]  # noqa: E731
-    assert pick(None) == [("mlx5_0", 1), ("mlx5_1", 2), ("mlx5_10", 1)]
-    assert pick("mlx5_1") == [("mlx5_1", 2), ("mlx5_10", 1)]  # prefix: mlx5_1 also selects mlx5_10
-    assert pick("=mlx5_1") == [("mlx5_1", 2)]
-    assert pick("mlx5_1:1") == [("mlx5_10", 1)]  # port 1 of mlx5_1 is DOWN
-    assert pick("^mlx5_1") == [("mlx5_0", 1)]
-    assert pick("^=mlx5_1") == [("mlx5_0", 1), ("mlx5_10", 1)]
-    assert pick("mlx5_2") == []
+def test_the_hardware_section_gets_what_is_left_of_the_deadline(monkeypatch):
+    seen = {}
 
+    def record(env, ib, seconds):
+        seen.update(ib=ib, seconds=seconds)
+        return {}
 
-def test_no_infiniband(tmp_path):
-    assert "unavailable" in infiniband.probe({}, sysfs=str(tmp_path / "none"))
-
-
-@pytest.mark.parametrize("text, expected", [("4: ACTIVE", (4, "ACTIVE")), ("ACTIVE", (None, "ACTIVE")),
-                                            (None, (None, None))])
-def test_port_state_parsing(text, expected):
-    assert infiniband._state(text) == expected
+    monkeypatch.setitem(probe.DERIVED, "hardware", (record, "infiniband"))
+    probe.collect({}, timeout=3.0)
+    assert "devices" in seen["ib"] and 0 < seen["seconds"] <= 3.0 - probe.SUBPROCESS_MARGIN_S
+    assert hardware.Budget(None).left(7) == 7 and 0.05 <= hardware.Budget(0.2).left(7) <= 0.2

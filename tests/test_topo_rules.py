@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pynvml
-import pytest
 
 from nccl_doctor.model import Severity
 from nccl_doctor.probe.hardware import hardware_facts
 from nccl_doctor.probe.topology import parse_smi_topo
-from nccl_doctor.rules.topology import hca_selects, judge
+from nccl_doctor.rules.topology import judge
 from test_topo_fakes import SMI, FakeHost, FakeNVML, hgx_gpu, two_socket_node
 
 
@@ -27,15 +26,6 @@ def healthy_hgx(tmp_path, **nvml_kw):
     return FakeNVML([hgx_gpu(i, **nvml_kw) for i in range(4)])
 
 
-@pytest.mark.parametrize("spec, device, port, expected", [
-    (None, "mlx5_0", "1", True), ("mlx5_0", "mlx5_0", "1", True), ("mlx5_1", "mlx5_10", "1", True),
-    ("=mlx5_1", "mlx5_10", "1", False), ("^mlx5_0", "mlx5_0", "1", False), ("^mlx5_0", "mlx5_2", "1", True),
-    ("mlx5_0:2", "mlx5_0", "1", False), ("mlx5_0:1,mlx5_3:1", "mlx5_3", "1", True), ("^=mlx5_1", "mlx5_10", "1", True),
-])
-def test_nccl_ib_hca_semantics(spec, device, port, expected):
-    assert hca_selects(spec, device, port) is expected
-
-
 def test_healthy_fake_hgx_node_has_no_findings(tmp_path):
     nvml = healthy_hgx(tmp_path)
     assert judge(hardware_facts(tmp_path, nvml=nvml)) == []
@@ -52,7 +42,8 @@ def test_gpu_whose_nearest_nic_is_sys():
 
 def test_nccl_ib_hca_choosing_a_far_nic():
     facts = smi_facts("a100_nv12_10nic_readme.txt")
-    facts["ib_ports"] = {"devices": {f"mlx5_{i}": {"ports": {"1": {"state": "ACTIVE", "state_code": 4}}} for i in range(10)},
+    facts["ib_ports"] = {"devices": [{"name": f"mlx5_{i}", "ports": [{"port": 1, "state": "ACTIVE", "state_code": 4,
+                                                                       "link_layer": "InfiniBand"}]} for i in range(10)],
                          "dev_infiniband": {"present": True, "uverbs": ["uverbs0"]}}
     assert judge(facts, {"NCCL_IB_HCA": "mlx5_0,mlx5_2,mlx5_4,mlx5_6"}) == []
     far = causes(judge(facts, {"NCCL_IB_HCA": "mlx5_0,mlx5_1,mlx5_2,mlx5_3"}), "gpu-nic-far")
@@ -85,6 +76,19 @@ def test_port_down_degraded_rate_and_missing_dev_nodes(tmp_path):
     (tmp_path / "dev" / "infiniband" / "uverbs0").unlink()
     (tmp_path / "dev" / "infiniband" / "uverbs1").unlink()
     assert causes(judge(hardware_facts(tmp_path)), "ib-missing-in-container")
+
+
+def test_a_down_port_beside_active_ones_and_the_fix_that_keeps_nccl_ib_hca(tmp_path):
+    host = two_socket_node(tmp_path)
+    host.rdma("mlx5_2", "0000:04:00.0", {1: {"state": "1: DOWN", "phys": "3: Disabled"}})
+    assert causes(judge(hardware_facts(tmp_path)), "ib-port-down") == []  # disabled on purpose, not asked for
+    named = causes(judge(hardware_facts(tmp_path), {"NCCL_IB_HCA": "mlx5_0,mlx5_2"}), "ib-port-down")
+    assert len(named) == 1 and named[0].severity == Severity.ERROR and "administratively disabled" in named[0].message
+    assert named[0].evidence[0].text == "NCCL_IB_HCA=mlx5_0,mlx5_2" and named[0].fix[0].endswith("NCCL_IB_HCA==mlx5_0:1")
+    (tmp_path / "sys/class/infiniband/mlx5_2/ports/1/phys_state").write_text("2: Polling\n")
+    excluding = causes(judge(hardware_facts(tmp_path), {"NCCL_IB_HCA": "^mlx5_1"}), "ib-port-down")
+    assert len(excluding) == 1 and excluding[0].severity == Severity.WARNING
+    assert excluding[0].fix[0].endswith("NCCL_IB_HCA=^mlx5_1,mlx5_2:1")
 
 
 def test_rising_counters_are_errors_and_static_ones_info(tmp_path):

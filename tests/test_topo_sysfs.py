@@ -3,9 +3,12 @@ IOMMU, NVSwitches and Xid events."""
 
 from __future__ import annotations
 
-import pytest
+import os
+import time
 
-from nccl_doctor.probe import gpu_health, ib_health, nvlink, topology
+import psutil
+
+from nccl_doctor.probe import gpu_health, ib_health, infiniband, nvlink, topology
 from nccl_doctor.probe.hardware import hardware_facts
 from test_topo_fakes import FakeHost, two_socket_node
 
@@ -13,13 +16,15 @@ from test_topo_fakes import FakeHost, two_socket_node
 def test_ib_ports_state_rate_gids_counters(tmp_path):
     two_socket_node(tmp_path)
     ib = ib_health.read_ib_ports(tmp_path)
-    ib0, roce = ib["devices"]["mlx5_0"], ib["devices"]["mlx5_1"]
+    devices = {d["name"]: d for d in ib["devices"]}
+    ib0, roce = devices["mlx5_0"], devices["mlx5_1"]
     assert ib0["pci"] == "0000:04:00.0" and ib0["numa_node"] == 0 and ib0["hca_type"] == "MT4129"
-    port = ib0["ports"]["1"]
-    assert (port["state"], port["state_code"], port["phys_state"]) == ("ACTIVE", 4, "LinkUp")
+    port = ib0["ports"][0]
+    assert port["port"] == 1 and (port["state"], port["state_code"], port["phys_state"]) == ("ACTIVE", 4, "LinkUp")
     assert (port["rate_gbps"], port["width"], port["speed"]) == (400.0, "4X", "NDR")
     assert port["counters"] == {"link_downed": 0, "port_rcv_errors": 0, "symbol_error": 0}
-    gids = roce["ports"]["1"]["gids"]
+    assert (port["lid"], port["sm_lid"], port["gids"]) == ("0x1a", "0x1", [])
+    gids = roce["ports"][0]["gids"]
     assert [g["index"] for g in gids] == [0, 1, 2, 3]  # null entries of the table are skipped
     assert gids[3] == {"index": 3, "gid": "0000:0000:0000:0000:0000:ffff:0a00:0001", "type": "RoCE v2",
                        "ndev": "ens1f0np0", "ipv4": "10.0.0.1"}
@@ -27,21 +32,25 @@ def test_ib_ports_state_rate_gids_counters(tmp_path):
     assert ib["dev_infiniband"] == {"present": True, "uverbs": ["uverbs0", "uverbs1"]}
 
 
+def test_details_extend_the_basic_reading_without_rereading_it(tmp_path, monkeypatch):
+    host = FakeHost(tmp_path)
+    host.pci("0000:00:03.0")
+    host.pci("0000:00:03.0", "0000:06:00.0", vendor="0x15b3", cls="0x020000")
+    many = {i: (f"0000:0000:0000:0000:0000:ffff:0a00:{i:04x}", "RoCE v2", "eth2") for i in range(300)}
+    host.rdma("mlx5_0", "0000:06:00.0", {1: {"layer": "Ethernet", "gids": many}})
+    basic = infiniband.read_devices(tmp_path)
+    read = []
+    monkeypatch.setattr(infiniband, "read_gids", lambda port_dir, slots: read.extend(slots) or [])
+    port = ib_health.read_ib_ports(tmp_path, basic)["devices"][0]["ports"][0]
+    assert read == list(range(infiniband.GID_SLOTS_BASIC, ib_health.MAX_GIDS))  # only the slots not read yet
+    assert (port["gids_read"], port["gid_slots"]) == (ib_health.MAX_GIDS, 300)
+    assert port["gids"] == basic["devices"][0]["ports"][0]["gids"] and "counters" in port
+    assert "counters" not in basic["devices"][0]["ports"][0]  # the basic reading is left as it was
+
+
 def test_no_rdma_devices_is_a_fact_not_an_error(tmp_path):
-    assert ib_health.read_ib_ports(tmp_path) == {"sysfs": str(tmp_path / "sys/class/infiniband"), "devices": {},
+    assert ib_health.read_ib_ports(tmp_path) == {"sysfs": str(tmp_path / "sys/class/infiniband"), "devices": [],
                                                  "dev_infiniband": {"present": False, "uverbs": []}}
-
-
-@pytest.mark.parametrize("text, expected", [
-    ("400 Gb/sec (4X NDR)", (400.0, "4X", "NDR")),
-    ("56 Gb/sec (4X FDR)", (56.0, "4X", "FDR")),
-    ("2.5 Gb/sec (1X SDR)", (2.5, "1X", "SDR")),
-    ("25 Gb/sec (1X EDR)", (25.0, "1X", "EDR")),
-    ("garbage", (None, None, None)),
-])
-def test_rate_formats_of_the_kernel(text, expected):
-    rate = ib_health.parse_rate(text)
-    assert (rate["gbps"], rate["width"], rate["speed"]) == expected
 
 
 def test_counter_sampling_reports_only_what_grew(tmp_path):
@@ -140,3 +149,22 @@ def test_hardware_facts_on_a_fake_tree_skips_host_only_readers(tmp_path):
     assert facts["topology"]["source"] == "sysfs PCI tree"
     assert facts["xid"]["unavailable"] and "ib_counter_deltas" not in facts
     assert facts["fabric"]["fabric_manager_process"] is None
+    assert "counters" in facts["ib_ports"]["devices"][0]["ports"][0]
+    light = hardware_facts(tmp_path, detail=False)
+    assert "counters" not in light["ib_ports"]["devices"][0]["ports"][0]
+    assert light["topology"] == facts["topology"] and light["pci"] == facts["pci"]
+
+
+def test_hardware_facts_are_bounded_by_the_timeout(tmp_path, monkeypatch):
+    """A hung nvidia-smi is killed when the time is up, not left behind."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\nexec sleep 30\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    start = time.monotonic()
+    facts = hardware_facts(timeout=1.0)
+    assert time.monotonic() - start < 5
+    topo = facts["topology"]
+    assert "did not finish within" in topo.get("unavailable", topo.get("nvidia_smi", ""))
+    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "30"]
+                and p.ppid() == os.getpid()]

@@ -50,7 +50,7 @@ SIZE = Size()
 @click.option("-i", "--stepbytes", type=SIZE, default="1M", show_default=True, help="Size increment when -f is 1.")
 @click.option("-n", "--iters", type=click.IntRange(min=1), default=20, show_default=True, help="Timed iterations.")
 @click.option("-w", "--warmup_iters", type=click.IntRange(min=0), default=5, show_default=True,
-              help="Untimed iterations at the largest and smallest size.")
+              help="Untimed iterations before each size (the first is the one checked).")
 @click.option("-c", "--check", type=click.IntRange(0, 1), default=1, show_default=True,
               help="Check every result element by element (#wrong).")
 @click.option("-d", "--datatype", type=click.Choice(list(DATATYPES)), default="float", show_default=True)

@@ -1,4 +1,5 @@
-"""`nccl-doctor env`: what is true on this host (versions, NCCL libraries, GPUs, interfaces, IB, limits, env).
+"""`nccl-doctor env`: what is true on this host (versions, NCCL libraries, GPUs, interfaces, IB, hardware,
+limits, env).
 
 Facts only: `--json` prints the Report contract with facts = probe.collect() and no findings; the text form
 lays the same facts out in sections. Judging them is `nccl-doctor lint`'s job.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from typing import Any
 
 import click
@@ -19,6 +21,7 @@ from rich.table import Table
 from ..model import Report
 from ..probe import collect
 from ..probe.network import gloo_select_interfaces, nccl_select_interfaces
+from ..probe.topology import distance_rank
 from ..render import emit
 from ..render.text import console_for
 
@@ -160,13 +163,81 @@ def show_network(console: Console, net: dict, env: dict) -> None:
 def show_infiniband(console: Console, ib: dict) -> None:
     if not heading(console, "InfiniBand / RoCE", ib):
         return
+    devices = ib.get("devices", [])
     rows = [(d["name"], p.get("port"), p.get("state"), p.get("phys_state"), p.get("rate"), p.get("link_layer"),
-             ", ".join(d.get("netdevs", [])))
-            for d in ib.get("devices", []) for p in d.get("ports", [])]
-    if rows:
-        grid(console, ("device", "port", "state", "phys state", "rate", "link layer", "netdev"), rows)
-    else:
-        console.print("  [dim]no devices[/dim]")
+             ", ".join(d.get("netdevs", [])), d.get("numa_node"))
+            for d in devices for p in d.get("ports", [])]
+    if not rows:
+        console.print(f"  [dim]no RDMA devices (nothing in {escape(ib.get('sysfs', '/sys/class/infiniband'))})[/dim]")
+        return
+    grid(console, ("device", "port", "state", "phys state", "rate", "link layer", "netdev", "NUMA"), rows)
+    dev = ib.get("dev_infiniband") or {}
+    fields(console, [("/dev/infiniband", ", ".join(dev.get("uverbs", [])) or "no uverbs devices" if dev.get("present")
+                      else "missing")])
+
+
+def nearest_nics(topo: dict) -> str:
+    """'GPU0 mlx5_0 PIX, GPU1 mlx5_0 PHB': each GPU's closest RDMA NIC(s) in the matrix."""
+    parts = []
+    for gpu in topo.get("gpus", []):
+        row = topo.get("matrix", {}).get(gpu, {})
+        cells = [(distance_rank(cell), cell, name) for label, name in (topo.get("nics") or {}).items()
+                 if (cell := row.get(label))]
+        if cells:
+            best = min(cells)[0]
+            parts.append(f"{gpu} {'/'.join(n for r, _, n in cells if r == best)} {min(cells)[1]}")
+    return ", ".join(parts) or "no RDMA NIC in the matrix"
+
+
+def topology_rows(topo: dict) -> list[tuple[str, Any]]:
+    if missing(topo):
+        return [("topology", f"unavailable: {missing(topo)}")]
+    gpus, nics, matrix = topo.get("gpus", []), topo.get("nics") or {}, topo.get("matrix", {})
+    pairs = Counter(cell for i, a in enumerate(gpus) for b in gpus[i + 1:] if (cell := matrix.get(a, {}).get(b)))
+    return [("topology", f"{len(gpus)} GPUs, {len(nics)} RDMA NICs ({topo.get('source')})"),
+            ("nearest NIC", nearest_nics(topo)),
+            ("GPU pairs", ", ".join(f"{cell} x{n}" for cell, n in sorted(pairs.items())) or "-")]
+
+
+def fabric_row(fabric: dict) -> tuple[str, Any]:
+    if missing(fabric):
+        return "NVSwitch", f"unavailable: {missing(fabric)}"
+    switch, process = fabric.get("nvswitch") or {}, fabric.get("fabric_manager_process")
+    if not switch.get("present"):
+        return "NVSwitch", "none"
+    manager = {True: "running", False: "not running", None: "not checked"}[process]
+    states = sorted({s.get("state") for s in (fabric.get("gpu_fabric_state") or {}).values()})
+    return "NVSwitch", (f"{len(switch.get('pci') or switch.get('driver_devices') or [])} switch(es), "
+                        f"nv-fabricmanager {manager}" + (f", GPU fabric state {'/'.join(states)}" if states else ""))
+
+
+def xid_row(xid: dict) -> tuple[str, Any]:
+    if missing(xid):
+        return "Xid events", f"unavailable: {missing(xid)}"
+    events = xid.get("events", [])
+    codes = ", ".join(f"{x} x{n}" for x, n in sorted(Counter(e["xid"] for e in events).items()))
+    when = "since boot (dmesg)" if xid.get("since_boot") else f"in {xid.get('source')} (this or earlier boots)"
+    return "Xid events", f"{codes or 'none'} {when}"
+
+
+def show_hardware(console: Console, hw: dict) -> None:
+    if not heading(console, "Hardware (a summary: `nccl-doctor topo` shows all of it)", hw):
+        return
+    health = hw.get("gpu_health") or {}
+    rows = topology_rows(hw.get("topology") or {}) + [fabric_row(hw.get("fabric") or {}), xid_row(hw.get("xid") or {})]
+    if missing(health):
+        rows.append(("GPU health", f"unavailable: {missing(health)}"))
+    fields(console, rows)
+    if health.get("gpus"):
+        grid(console, ("GPU", "bus id", "temp", "PCIe", "NVLinks up", "ECC uncorr.", "throttle"),
+             [(g["index"], g.get("bus_id"), f"{g.get('temperature_c')} C", pcie_text(g.get("pcie") or {}),
+               f"{sum(link['active'] for link in g.get('nvlink') or [])}/{len(g.get('nvlink') or [])}",
+               (g.get("ecc") or {}).get("volatile_uncorrected"), ", ".join(g.get("throttle", [])) or "-")
+              for g in health["gpus"]])
+
+
+def pcie_text(link: dict) -> str:
+    return f"Gen{link.get('gen')}/{link.get('max_gen')} x{link.get('width')}/{link.get('max_width')}"
 
 
 def show_limits(console: Console, limits: dict) -> None:
@@ -214,6 +285,7 @@ def print_facts(console: Console, facts: dict, env: dict, seconds: float) -> Non
     show_gpus(console, facts.get("gpus"))
     show_network(console, facts.get("network"), env)
     show_infiniband(console, facts.get("infiniband"))
+    show_hardware(console, facts.get("hardware"))
     show_limits(console, facts.get("limits"))
     show_environment(console, facts.get("environment"))
 
@@ -221,7 +293,7 @@ def print_facts(console: Console, facts: dict, env: dict, seconds: float) -> Non
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON (report schema, no findings).")
 def env(as_json: bool) -> int:
-    """Show what is true on this host: versions, NCCL libraries, GPUs, interfaces, IB, limits, environment."""
+    """Show what is true on this host: versions, NCCL libraries, GPUs, interfaces, IB, hardware, limits, environment."""
     start = time.perf_counter()
     process_env = dict(os.environ)
     facts = collect(process_env)

@@ -27,7 +27,7 @@ _LAUNCHER_PREFIXES = [
     re.compile(r"\[(?P<dev>\d+)\] (?=(?:[\w/.]+:\d+ (?:\([^)]*\) )?)?NCCL )"),  # NCCL with host cut off
 ]
 _EMBEDDED_RANK = re.compile(r"\[rank(?P<rank>\d+)\]:")
-_MESSAGE_RANK = re.compile(r"\[(?:PG (?:ID )?\d+ (?:PG GUID \d+(?:\([^)]*\))? )?)?Rank (?P<rank>\d+)\]")
+_MESSAGE_RANK = re.compile(r"\[(?:PG (?:ID )?\d+ (?:PG GUID \d+(?:\([^)]*\))? )?(?:\([^)]*\) )?)?Rank (?P<rank>\d+)\]")
 _HOST_COLON = re.compile(r"(?P<host>[\w.-]+): Test (?:NCCL )?failure")  # nccl-tests error lines
 
 _FILE_RANK = [

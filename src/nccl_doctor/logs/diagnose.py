@@ -395,7 +395,8 @@ def rule_hang_after_init(ctx: Context, cands: dict[str, Candidate]) -> None:
     Weak evidence (a log can also just be cut short), so a low-confidence warning: stronger when init
     visibly completed, when a progress bar sits at 0, and on boards whose GPUs talk over PCIe only.
     """
-    if cands or ctx.multi_host() or ctx.facts("comm_end") or ctx.facts("coll_done"):
+    if any(c.severity == Severity.ERROR for c in cands.values()) or ctx.multi_host() or ctx.facts("comm_end") \
+            or ctx.facts("coll_done"):
         return
     procs = ctx.col.procs
     started = any(p.init_phases or p.facts.get("nccl_version") or p.facts.get("bootstrap") for p in procs)
@@ -456,7 +457,7 @@ def rule_adjust_hints(ctx: Context, cands: dict[str, Candidate]) -> None:
 RULES: list[Callable[[Context, dict[str, Candidate]], None]] = [
     rule_versions, rule_address_family, rule_interfaces, rule_network, rule_coll_calls, rule_fingerprints,
     rule_timeouts, rule_invalid_usage, rule_elastic_root, rule_echo_only, rule_init_failure_on_some_hosts,
-    rule_single_host_system_error, rule_known_bugs, rule_hang_after_init, rule_fallback, rule_adjust_hints,
+    rule_single_host_system_error, rule_known_bugs, rule_fallback, rule_hang_after_init, rule_adjust_hints,
 ]
 
 

@@ -47,6 +47,7 @@ def rule_known_bugs(ctx: Context, cands: dict[str, Candidate]) -> None:
                 cand.message += f" - NCCL {shown} already has the {fixed} fix: this GPU needs a newer release still"
             elif older:
                 cand.confidence = max(cand.confidence, 0.9)
+                cand.message = f"NCCL {shown} is older than {fixed}, which fixed this defect: {cand.message}"
         elif older:
             cands["nccl-known-bug"] = Candidate(
                 cause="nccl-known-bug", weight=cand.weight + 5, confidence=0.85, role="rule",
@@ -68,7 +69,7 @@ def rule_fallback(ctx: Context, cands: dict[str, Candidate]) -> None:
     """An NCCL WARN, error chain or distributed exception that no signature explains: say so, with a best guess."""
     if any(c.severity == Severity.ERROR for c in cands.values()):
         return
-    warns = ctx.hint("nccl_warn")
+    warns = [e for e in ctx.hint("nccl_warn") if e.caps.get("file") or e.caps.get("nccl")]  # not any "WARN"
     dist = ctx.hint("dist_error")
     chain = [e for e in ctx.hint("nccl_backtrace") if e.caps.get("rc", "0") != "0"]
     if not (warns or dist or chain):

@@ -114,13 +114,81 @@ _TRAILING_TAIL = re.compile(rf"(?:\(\?:{_TAIL_ATOM}\)|\(\?:[^()]*\)[*+]\??|{_TAI
 
 
 def hyperscan_expression(pattern: str) -> str:
-    """The pattern as hyperscan wants it: plain groups, no unbounded tail (Python re re-checks the line)."""
-    expr = _NAMED_GROUP.sub("(?:", pattern)
+    """The pattern as hyperscan wants it: plain groups, no optional head, no unbounded tail.
+
+    Python's re re-checks every reported line, so hyperscan only has to find the same lines: an optional
+    group at the start or an unbounded tail at the end changes no line's verdict, only its cost (a leading
+    `[\\w/.-]+` makes hyperscan track every word of the input).
+    """
+    expr = _strip_optional_head(_NAMED_GROUP.sub("(?:", pattern))
     while True:
-        stripped = _TRAILING_TAIL.sub("", expr)
+        stripped = _strip_optional_tail(_TRAILING_TAIL.sub("", expr))
         if stripped == expr or not stripped or _unbalanced(stripped):
             return expr
         expr = stripped
+
+
+def _strip_optional_head(expr: str) -> str:
+    """'(?:X)?rest' -> 'rest', repeatedly, while something is left."""
+    while expr.startswith("("):
+        end = _group_end(expr)
+        rest = expr[end + 2:]
+        if end < 0 or expr[end + 1:end + 2] != "?" or not rest or rest[0] in "?+" or "|" in _top_level(rest):
+            return expr
+        expr = rest
+    return expr
+
+
+def _strip_optional_tail(expr: str) -> str:
+    """'head(?:X)?' -> 'head' when the group is a whole top-level element and the head has no top-level '|'."""
+    if not expr.endswith(")?") or expr.endswith("\\)?"):
+        return expr
+    for start in (i for i, ch in enumerate(expr) if ch == "("):
+        if _group_end(expr[start:]) == len(expr) - start - 2:
+            head = expr[:start]
+            if head and not _unbalanced(head) and "|" not in _top_level(head) and not head.endswith("\\"):
+                return head
+            return expr
+    return expr
+
+
+def _group_end(expr: str) -> int:
+    """Index of the parenthesis closing the group that opens expr[0], or -1."""
+    depth, escaped, in_class = 0, False, False
+    for i, ch in enumerate(expr):
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def _top_level(expr: str) -> str:
+    """expr with every parenthesised group removed (to see top-level alternation)."""
+    out, i = [], 0
+    while i < len(expr):
+        if expr[i] == "\\":
+            out.append(expr[i:i + 2])
+            i += 2
+        elif expr[i] == "(":
+            end = _group_end(expr[i:])
+            if end < 0:
+                return expr
+            i += end + 1
+        else:
+            out.append(expr[i])
+            i += 1
+    return "".join(out)
 
 
 def _unbalanced(expr: str) -> bool:

@@ -130,60 +130,75 @@ def _judge(ctx: Context, cands: dict[str, Candidate]) -> None:
 
 # ---------------------------------------------------------------------------- one-rank work
 
+@dataclass
+class Clues:
+    """Evidence that one rank (usually rank 0) worked alone while the others waited."""
+
+    reasons: list[str] = field(default_factory=list)
+    shown: list[Event] = field(default_factory=list)  # the context lines, as evidence
+    cause: str | None = None  # the sub-cause the latest context line names
+    strong: bool = False  # the log says what the work was, or that it runs on rank 0
+    early: bool = False  # a synchronisation point among the job's first collectives
+
+
 def _one_rank_work(ctx: Context, cands: dict[str, Candidate], seen: Seen, lagging: set[int], summary: str) -> bool:
     """Add the timeout_rank0_only_work finding when the evidence points there; True if it did."""
     if 0 in seen.timed_out and not (lagging and 0 not in lagging):
         return False  # rank 0 itself waited: the work was not on rank 0 alone
-    reasons: list[str] = []
-    shown: list[Event] = []
-    latest: list[tuple[Event, str]] = []
-    for name, label, cause in CONTEXT:
-        recent = _recent(ctx, name, seen)
-        if recent:
-            reasons.append(f"{label} in the log ({recent[-1].message[:80]!r})")
-            shown.append(recent[-1])
-            latest.append((recent[-1], cause))
-    said = _recent(ctx, "rank0_context", seen)
-    if said and (said[-1].source, said[-1].line) in {(e.source, e.line) for e in shown}:
-        reasons[-1] += " - on rank 0 alone, it says"
-    elif said:
-        reasons.append(f"the log says work runs on rank 0 alone ({said[-1].message[:80]!r})")
-        shown.append(said[-1])
-    strong = bool(latest or said)
-    if lagging and not strong:
-        return False  # a named lagging rank beats circumstantial evidence
-    progress = _recent(ctx, "progress_bar", seen)
-    if progress:
-        reasons.append("a progress bar was running when the timeout hit")
-        shown += progress[-1:]
-    sync = _sync_point(seen)
-    early = bool(sync and seen.seqs and max(seen.seqs.values()) <= EARLY_SEQ)
-    if sync:
-        reasons.append(f"rank(s) {compact(sorted(seen.timed_out))} timed out waiting in {sync} and rank 0 did "
-                       "not report the timeout" + (", at one of the first collectives of the job" if early else ""))
+    clues = _one_rank_clues(ctx, seen)
+    if not clues.reasons or (lagging and not clues.strong):
+        return False  # nothing, or only circumstantial evidence against a named lagging rank
     store_only = bool(seen.store_waits and not seen.events)
-    if store_only:
-        reasons.append("a TCPStore wait ran out after the full timeout")
-    if not reasons:
-        return False
-    cause = (max(latest, key=lambda ec: ec[0].order)[1] if latest
-             else "store-wait-timeout" if store_only else "rank0-preprocessing" if early else "rank0-only-work")
-    confidence = min(0.9, 0.5 + 0.1 * (len(reasons) - 1)) if strong else min(0.5, 0.35 + 0.05 * (len(reasons) - 1))
+    cause = clues.cause or ("store-wait-timeout" if store_only else "rank0-preprocessing" if clues.early
+                            else "rank0-only-work")
+    n = len(clues.reasons)
+    confidence = min(0.9, 0.5 + 0.1 * (n - 1)) if clues.strong else min(0.5, 0.35 + 0.05 * (n - 1))
     busy = culprits(ctx, lagging) if lagging else "rank 0"
     ranks = lagging or ({0} if 0 not in seen.timed_out else set())
     cands[cause] = Candidate(
         cause=cause, weight=66, confidence=confidence, role="rule",
-        message=(f"{busy} was {'' if strong else 'probably '}busy elsewhere while the others waited: "
-                 f"{'; '.join(reasons)} - {summary}"),
-        events=shown[:3] + seen.all, ranks=ranks, hosts=hosts_of(ctx, lagging), explains=set(EXPLAINS),
+        message=(f"{busy} was {'' if clues.strong else 'probably '}busy elsewhere while the others waited: "
+                 f"{'; '.join(clues.reasons)} - {summary}"),
+        events=clues.shown[:3] + seen.all, ranks=ranks, hosts=hosts_of(ctx, lagging), explains=set(EXPLAINS),
         fix=_rank0_fix(seen))
-    if not strong:  # the other reading of the same lines, kept as the alternative under it
+    if not clues.strong:  # the other reading of the same lines, kept as the alternative under it
         cands["collective-timeout"] = Candidate(
             cause="collective-timeout", weight=30, confidence=0.3, role="timeout",
             message=(f"alternative: {busy} had stopped issuing collectives (a hang, a crash, fewer batches than the "
                      "others) instead of working alone - the timeout lines alone cannot tell the two apart"),
             events=seen.all[:2], ranks=ranks)
     return True
+
+
+def _one_rank_clues(ctx: Context, seen: Seen) -> Clues:
+    clues = Clues()
+    latest: list[tuple[Event, str]] = []
+    for name, label, cause in CONTEXT:
+        recent = _recent(ctx, name, seen)
+        if recent:
+            clues.reasons.append(f"{label} in the log ({recent[-1].message[:80]!r})")
+            clues.shown.append(recent[-1])
+            latest.append((recent[-1], cause))
+    said = _recent(ctx, "rank0_context", seen)
+    if said and (said[-1].source, said[-1].line) in {(e.source, e.line) for e in clues.shown}:
+        clues.reasons[-1] += " - on rank 0 alone, it says"
+    elif said:
+        clues.reasons.append(f"the log says work runs on rank 0 alone ({said[-1].message[:80]!r})")
+        clues.shown.append(said[-1])
+    clues.strong = bool(latest or said)
+    clues.cause = max(latest, key=lambda ec: ec[0].order)[1] if latest else None
+    sync = _sync_point(seen)
+    clues.early = bool(sync and seen.seqs and max(seen.seqs.values()) <= EARLY_SEQ)
+    if sync:
+        clues.reasons.append(f"rank(s) {compact(sorted(seen.timed_out))} timed out waiting in {sync} and rank 0 "
+                             "did not report the timeout" + (", at one of the first collectives" if clues.early else ""))
+    if seen.store_waits and not seen.events:
+        clues.reasons.append("a TCPStore wait ran out after the full timeout")
+    progress = _recent(ctx, "progress_bar", seen)
+    if progress and clues.reasons:  # alone it is as likely the training loop's own bar
+        clues.reasons.append("a progress bar was running when the timeout hit")
+        clues.shown += progress[-1:]
+    return clues
 
 
 def _sync_point(seen: Seen) -> str | None:

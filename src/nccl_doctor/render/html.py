@@ -19,16 +19,20 @@ SEVERITY_COLOURS = {"error": "#b91c1c", "warning": "#b45309", "info": "#0e7490"}
 LAYOUTS = ("out-of-place", "in-place")
 
 STYLE = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#111827;background:#f8fafc}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#111827;
+background:#f8fafc}
 main{max-width:1180px;margin:0 auto;padding:24px}
-h1{font-size:24px;margin:0 0 4px}h2{font-size:18px;margin:32px 0 12px;border-bottom:1px solid #e5e7eb;padding-bottom:4px}
+h1{font-size:24px;margin:0 0 4px}
+h2{font-size:18px;margin:32px 0 12px;border-bottom:1px solid #e5e7eb;padding-bottom:4px}
 .verdict{display:inline-block;padding:2px 10px;border-radius:12px;color:#fff;font-weight:600}
 .verdict.ok{background:#15803d}.verdict.warning{background:#b45309}.verdict.error{background:#b91c1c}
 .meta{color:#4b5563}.finding{background:#fff;border:1px solid #e5e7eb;border-left:6px solid;border-radius:6px;
-padding:10px 14px;margin:10px 0}.finding h3{font-size:15px;margin:0 0 4px}.finding .sev{font-weight:700;margin-right:6px}
+padding:10px 14px;margin:10px 0}.finding h3{font-size:15px;margin:0 0 4px}
+.finding .sev{font-weight:700;margin-right:6px}
 .finding ul{margin:4px 0 0 18px;padding:0}.finding li{margin:2px 0}.evidence{font:12px/1.4 ui-monospace,monospace;color:#374151}
 .fix{color:#166534}code{font:12px ui-monospace,monospace;background:#f1f5f9;padding:0 3px;border-radius:3px}
-.charts{display:flex;flex-wrap:wrap;gap:14px}figure{margin:0;background:#fff;border:1px solid #e5e7eb;border-radius:6px;padding:6px}
+.charts{display:flex;flex-wrap:wrap;gap:14px}
+figure{margin:0;background:#fff;border:1px solid #e5e7eb;border-radius:6px;padding:6px}
 figcaption{font-weight:600;padding:2px 6px}svg text{font:11px system-ui,sans-serif;fill:#374151}
 pre{background:#0f172a;color:#e2e8f0;padding:12px;border-radius:6px;overflow:auto;font:12px/1.35 ui-monospace,monospace}
 table.timings{border-collapse:collapse;background:#fff}table.timings th,table.timings td{border:1px solid #e5e7eb;
@@ -68,9 +72,9 @@ def _header(data: dict, facts: dict) -> str:
     sweep = facts.get("sweep")
     if sweep:
         s = sweep["settings"]
-        line.append(f"-b {s['minbytes']} -e {s['maxbytes']} -f {s['stepfactor']} -n {s['iters']} -w {s['warmup_iters']} "
-                    f"-c {s['check']} -d {s['datatype']} -o {s['op']} -r {s['root']}; time across ranks: "
-                    f"{s['average_means']}")
+        line.append(f"-b {s['minbytes']} -e {s['maxbytes']} -f {s['stepfactor']} -n {s['iters']} "
+                    f"-w {s['warmup_iters']} -c {s['check']} -d {s['datatype']} -o {s['op']} -r {s['root']}; "
+                    f"time across ranks: {s['average_means']}")
     return (f"<header><h1>nccl-doctor {escape(data['command'])}</h1>"
             f"<span class=\"verdict {escape(data['verdict'])}\">{escape(data['verdict'])}</span> "
             f"<span class=\"meta\">{escape('; '.join(line))}</span></header>\n")
@@ -95,7 +99,8 @@ def _finding(f: dict) -> str:
         where.append("hosts " + ", ".join(f["hosts"]))
     if f["ranks"]:
         where.append("ranks " + ", ".join(map(str, f["ranks"])))
-    evidence = "".join(f'<li class="evidence">{escape(e["source"])}: {escape(e["text"])}</li>' for e in f["evidence"][:8])
+    evidence = "".join(f'<li class="evidence">{escape(e["source"])}: {escape(e["text"])}</li>'
+                       for e in f["evidence"][:8])
     fixes = "".join(f'<li class="fix">{_inline(step)}</li>' for step in f["fix"])
     secondary = "".join(_finding(s) for s in f.get("secondary", []))
     return (f'<div class="finding" style="border-left-color:{colour}">'

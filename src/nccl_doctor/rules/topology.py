@@ -145,7 +145,8 @@ def check_ib_hca(facts: Facts, env: Env) -> Iterator[Finding]:
             "ib-hca-no-match", Severity.ERROR,
             f"NCCL_IB_HCA={spec} selects none of this host's RDMA devices ({names}); NCCL falls back to TCP sockets",
             confidence=0.9, evidence=[setting(env, "NCCL_IB_HCA"), Evidence(IB_SYSFS, "devices: " + names)],
-            fix=[f"`export NCCL_IB_HCA={'=' + ','.join(devices)}` (or the subset you mean), or unset it."])
+            fix=[f"`export NCCL_IB_HCA={'=' + ','.join(devices)}` (the leading `=` asks for exact names; or the "
+                 "subset you mean), or unset it."])
         return
     yield from prefix_surprise(env, spec, {dev for dev, _ in candidates}, {dev for dev, _ in chosen})
     yield from far_hca_choice(facts, env, spec, {dev for dev, _ in chosen})
@@ -171,7 +172,7 @@ def prefix_surprise(env: Env, spec: str, devices: set[str], chosen: set[str]) ->
     yield Finding(
         "ib-hca-no-match", Severity.WARNING, f"NCCL_IB_HCA={spec} is a prefix list: it also selects {', '.join(extra)}",
         confidence=0.6, evidence=[setting(env, "NCCL_IB_HCA")],
-        fix=[f"Use exact names: `export NCCL_IB_HCA=={spec}`"])
+        fix=[f"Use exact names, with one leading `=`: `export NCCL_IB_HCA=={spec}`"])
 
 
 def far_hca_choice(facts: Facts, env: Env, spec: str, chosen: set[str]) -> Iterator[Finding]:
@@ -221,15 +222,19 @@ def check_ib_ports(facts: Facts, env: Env) -> Iterator[Finding]:
         return
     hca = parse_hca(spec) if spec else None
     named = set(hca.names) if hca and not hca.exclude else set()
+    usable = ",".join(f"{dev}:{num}" for dev, num, p in ports if port_usable(p))
     for dev, num, p in down:
+        # keep what NCCL_IB_HCA selects, minus this port
+        value = f"^{dev}:{num}" if hca is None else f"{spec},{dev}:{num}" if hca.exclude else f"={usable}"
         if dev not in named and p.get("phys_state") == "Disabled":
             continue
         yield Finding(
             "ib-port-down", Severity.ERROR if dev in named else Severity.WARNING,
             f"{dev} port {num} ({p.get('link_layer') or '?'}) is {state_text(p)}; NCCL skips it, and nodes can "
             "end up with different NIC counts",
-            confidence=0.9, evidence=[port_evidence(dev, num, p)],
-            fix=[f"Exclude it until fixed: export NCCL_IB_HCA=^{dev}:{num}"])
+            confidence=0.9, evidence=([setting(env, "NCCL_IB_HCA")] if dev in named else []) + [
+                port_evidence(dev, num, p)],
+            fix=[f"Exclude it until fixed: export NCCL_IB_HCA={value}"])
 
 
 def check_ib_rate(facts: Facts, env: Env) -> Iterator[Finding]:
@@ -604,7 +609,9 @@ CHECKS: list[Check] = [
 
 
 def judge(facts: Facts, env: Env | None = None, host: str | None = None) -> list[Finding]:
-    """Every hardware finding for these facts (probe.hardware.hardware_facts()) under this NCCL environment."""
+    """Every hardware finding for these facts under this NCCL environment: probe.hardware.hardware_facts(), or
+    probe.collect()'s hardware section with its infiniband section as `ib_ports` (and its host section as
+    `host`, which says whether this is a container). `env` may say where each setting came from (`where`)."""
     env = env if env is not None else {}
     findings = [finding for check in CHECKS for finding in check(facts, env)]
     if host:

@@ -3,7 +3,10 @@
 Honest timing, as nccl-tests does it: warm-up runs are not timed; every timed loop starts after a
 barrier and ends with the device synchronised (ops on a GPU only queue work on a stream), then a
 barrier again; the time is this rank's, and the judge combines all ranks' (their max by default).
-The run that is checked is the untimed one before the loop, on freshly filled buffers.
+The run that is checked is the first untimed one, on freshly filled buffers. Unlike nccl-tests, which
+warms up only at the largest and smallest size, every size gets its warm-up: over TCP (Gloo, NCCL's
+socket transport) the kernel's socket buffers grow with the message size, and a size timed straight
+after a smaller one is measured before they have.
 """
 
 from __future__ import annotations
@@ -49,24 +52,16 @@ def barrier(device: Any, wait: timedelta) -> None:
     synchronize(device)
 
 
-def warm_up(entry: Collective, count: int, rank: int, n: int, like: Any, spec: Spec, iters: int,
-            in_place: bool) -> None:
-    """Untimed runs (nccl-tests does them at the largest and the smallest size before the sweep)."""
-    if iters <= 0 or count <= 0:
-        return
-    bufs = entry.buffers(rank, n, count, like, spec, in_place)
-    for _ in range(iters):
-        entry.launch(bufs, rank, n, False)
-    synchronize(like.device)
-
-
 def time_op(entry: Collective, count: int, rank: int, n: int, like: Any, spec: Spec, *, in_place: bool,
-            iters: int, check: bool, wait: timedelta) -> dict:
+            iters: int, warmup: int, check: bool, wait: timedelta) -> dict:
     """One cell of the sweep on this rank: {"us": per iteration, "wrong": elements or None, "detail"}."""
     bufs = entry.buffers(rank, n, count, like, spec, in_place)
-    entry.launch(bufs, rank, n, False)  # untimed: settles the connection, and its result is the one checked
+    entry.launch(bufs, rank, n, False)  # untimed, and its result is the one checked
     synchronize(like.device)
     wrong, detail = entry.verify(bufs, rank, n, count) if check else (None, [])
+    for _ in range(warmup - 1):
+        entry.launch(bufs, rank, n, False)
+    synchronize(like.device)
     barrier(like.device, wait)
     started = time.perf_counter()
     for _ in range(iters):

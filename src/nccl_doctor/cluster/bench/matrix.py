@@ -49,7 +49,8 @@ def line_rate(env: Mapping[str, str], facts: Mapping[str, Any], backend: str) ->
         rated = [p for p in ports if p.get("rate_gbps")]
         if rated:
             best = max(rated, key=lambda p: p["rate_gbps"])
-            return {"gbps": best["rate_gbps"], "via": f"{best['device']}:{best['port']} ({best['rate']})", "iface": None}
+            return {"gbps": best["rate_gbps"], "iface": None,
+                    "via": f"{best['device']}:{best['port']} ({best['rate']})"}
     if backend == "nccl":
         chosen = nccl_select_interfaces(env.get("NCCL_SOCKET_IFNAME"), ifaces, env.get("NCCL_SOCKET_FAMILY"))
     else:

@@ -73,9 +73,3 @@ def sizes(minbytes: int, maxbytes: int, stepfactor: int, stepbytes: int) -> list
         size = following
     return found
 
-
-def human_size(n: int) -> str:
-    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale}{unit}"
-    return str(n)

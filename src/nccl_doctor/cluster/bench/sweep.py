@@ -63,26 +63,20 @@ def spec_of(options: BenchOptions, nranks: int) -> Spec:
 def on_rank(ctx: Any) -> None:
     import torch
 
-    from .harness import device_of, dtype_of, time_op, warm_up
+    from .harness import device_of, dtype_of, time_op
 
     options: BenchOptions = ctx.options
     n, rank = ctx.world.world_size, ctx.rank
     wait = timedelta(seconds=options.timeout + MARGIN)
     like = torch.empty(0, dtype=dtype_of(options.datatype), device=device_of(ctx))
     spec = spec_of(options, n)
-    cells = plan(options, ctx.plan["backend"], n)
-    warmed: set[str] = set()
-    for cell in cells:
+    for cell in plan(options, ctx.plan["backend"], n):
         entry = COLLECTIVES[cell.collective]
         ctx.mark(cell.step)
         try:
-            if cell.collective not in warmed:  # nccl-tests: warm-up at the largest, then the smallest size
-                ends = [c.count for c in cells if c.collective == cell.collective]
-                for count in (max(ends), min(ends)):
-                    warm_up(entry, count, rank, n, like, spec, options.warmup_iters, entry.layouts[0] == IN_PLACE)
-                warmed.add(cell.collective)
             result = {layout: time_op(entry, cell.count, rank, n, like, spec, in_place=layout == IN_PLACE,
-                                      iters=options.iters, check=options.check, wait=wait)
+                                      iters=options.iters, warmup=options.warmup_iters, check=options.check,
+                                      wait=wait)
                       for layout in LAYOUTS if layout in entry.layouts}
         except Exception as exc:
             ctx.publish(cell.step, {"error": f"{type(exc).__name__}: {exc}"})
