@@ -42,6 +42,7 @@ def test_plan_skips_sizes_that_leave_a_rank_without_elements():
     assert [(c.collective, c.requested, c.size) for c in cells] == [
         ("all_gather", 16, 16), ("all_gather", 32, 32), ("all_gather", 64, 64),  # 8 B = 2 floats: none per rank
         ("all_reduce", 8, 8), ("all_reduce", 16, 16), ("all_reduce", 32, 32), ("all_reduce", 64, 64)]
+    assert not plan(BenchOptions(collectives=("sendrecv",)), "gloo", 1)  # no peer to send to
     assert plan(BenchOptions(collectives=("all_reduce",)), "nccl", 2)[-1].size == 256 << 20  # default -e per backend
     assert plan(BenchOptions(collectives=("all_reduce",)), "gloo", 2)[-1].size == 8 << 20
 

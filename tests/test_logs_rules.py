@@ -183,6 +183,10 @@ def test_results_mean_no_hang():
     assert diagnose_text(NCCL_TESTS_START + row + "\n") == []
 
 
+def test_a_crash_after_init_is_no_hang():
+    assert diagnose_text(NCCL_TESTS_START + "Traceback (most recent call last):\nKeyError: 'labels'\n") == []
+
+
 def test_output_after_init_means_no_hang():
     assert diagnose_text(NCCL_TESTS_START + "epoch 1 step 10 loss 2.31\n" * 60) == []
 

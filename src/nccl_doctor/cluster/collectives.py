@@ -102,6 +102,7 @@ class Collective:
     rooted: bool = False  # takes a root (nccl-tests' root column)
     per_rank_count: bool = False  # nccl-tests' count column is each rank's chunk, count // nranks
     layouts: tuple[str, ...] = (OUT_OF_PLACE, IN_PLACE)  # the forms torch runs without an extra copy
+    min_ranks: int = 1  # below this the op has no peer to run with (Gloo cannot send to itself)
 
     def buffers(self, rank: int, nranks: int, count: int, like: Any, spec: Spec = SPEC,
                 in_place: bool = False) -> Buffers:
@@ -245,7 +246,7 @@ COLLECTIVES: dict[str, Collective] = {c.name: c for c in [
                per_rank_count=True, layouts=(OUT_OF_PLACE,)),  # aliased all_to_all is undefined (nccl-tests: unchecked)
     Collective("sendrecv", lambda n: 1.0, _whole, _sendrecv,
                lambda r, n, c, like, s=SPEC: fill((r - 1) % n, c, like, s.levels),
-               layouts=(OUT_OF_PLACE,)),  # so is sending from the buffer being received into
+               layouts=(OUT_OF_PLACE,), min_ranks=2),  # so is sending from the buffer being received into
 ]}
 
 

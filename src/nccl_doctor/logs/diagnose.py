@@ -234,7 +234,7 @@ def rule_coll_calls(ctx: Context, cands: dict[str, Candidate]) -> None:
 
 
 def rule_fingerprints(ctx: Context, cands: dict[str, Candidate]) -> None:
-    """TORCH_DISTRIBUTED_DEBUG=DETAIL fingerprints: once collectives failed, the rank whose last one differs diverged."""
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL fingerprints: once collectives failed, the rank whose last one differs."""
     latest: dict[int, Event] = {}
     for proc, e in ctx.facts("fingerprint"):
         rank = e.rank if e.rank is not None else (min(proc.ranks) if len(proc.ranks) == 1 else None)
@@ -395,9 +395,9 @@ def rule_hang_after_init(ctx: Context, cands: dict[str, Candidate]) -> None:
     Weak evidence (a log can also just be cut short), so a low-confidence warning: stronger when init
     visibly completed, when a progress bar sits at 0, and on boards whose GPUs talk over PCIe only.
     """
-    if any(c.severity == Severity.ERROR for c in cands.values()) or ctx.multi_host() or ctx.facts("comm_end") \
-            or ctx.facts("coll_done"):
-        return
+    ended = ctx.facts("comm_end") or ctx.facts("coll_done") or ctx.hint("error_line") or ctx.hint("dist_error")
+    if ended or ctx.multi_host() or any(c.severity == Severity.ERROR for c in cands.values()):
+        return  # it finished, or failed in a way a hang does not
     procs = ctx.col.procs
     started = any(p.init_phases or p.facts.get("nccl_version") or p.facts.get("bootstrap") for p in procs)
     if not started or (ctx.world_size() or len(ctx.facts("rank_host"))) < 2 or _output_after_setup(ctx):

@@ -190,8 +190,9 @@ def _one_rank_clues(ctx: Context, seen: Seen) -> Clues:
     sync = _sync_point(seen)
     clues.early = bool(sync and seen.seqs and max(seen.seqs.values()) <= EARLY_SEQ)
     if sync:
+        first = ", at one of the first collectives" if clues.early else ""
         clues.reasons.append(f"rank(s) {compact(sorted(seen.timed_out))} timed out waiting in {sync} and rank 0 "
-                             "did not report the timeout" + (", at one of the first collectives" if clues.early else ""))
+                             f"did not report the timeout{first}")
     if seen.store_waits and not seen.events:
         clues.reasons.append("a TCPStore wait ran out after the full timeout")
     progress = _recent(ctx, "progress_bar", seen)

@@ -41,11 +41,14 @@ class Cell:
 
 
 def plan(options: BenchOptions, backend: str, nranks: int) -> list[Cell]:
-    """The cells of the sweep, in order; sizes too small to give every rank an element are left out."""
+    """The cells of the sweep, in order; sizes too small to give every rank an element are left out, and so
+    are collectives that need more ranks than there are (sendrecv on one rank)."""
     elem = ELEMENT_BYTES[options.datatype]
     cells = []
     for name in options.collectives:
         entry = COLLECTIVES[name]
+        if nranks < entry.min_ranks:
+            continue
         for requested in sizes(options.minbytes, options.max_bytes(backend), options.stepfactor, options.stepbytes):
             count = requested // elem
             if entry.param_count(count, nranks) == 0:
