@@ -2,6 +2,7 @@
 
 import json
 import re
+import time
 from pathlib import Path
 
 import jsonschema
@@ -83,13 +84,19 @@ def test_datatypes_reductions_and_roots_check_exactly(cli, args, ranks):
     assert {r["root"] for r in rows if r["collective"] == "reduce"} == {int(args[5]) if len(args) > 4 else 0}
 
 
-def test_stalled_rank_is_named_within_the_deadline(cli):
-    done = cli("bench", "all_reduce", "--local", "3", "-b", "1K", "-e", "1K", "-n", "2", "--timeout", "10", "--json",
-               env={"NCCL_DOCTOR_FAULT": "stall:rank=1:stage=sweep"}, timeout=90)
-    assert done.returncode == 1, done.stderr[-2000:]
+@pytest.mark.parametrize("stage,args,where", [
+    ("sweep", ["all_reduce", "-b", "1K", "-e", "1K", "-n", "2"], "all_reduce at 1024 B"),
+    ("matrix", ["--matrix-ranks", "--matrix-bytes", "64K", "--matrix-time", "0.05"], "never entered the link matrix"),
+])
+def test_stalled_rank_is_named_within_the_deadline(cli, stage, args, where):
+    started = time.monotonic()
+    done = cli("bench", "--local", "3", *args, "--timeout", "10", "--json",
+               env={"NCCL_DOCTOR_FAULT": f"stall:rank=1:stage={stage}"}, timeout=90)
+    assert done.returncode == 1 and time.monotonic() - started < 60, done.stderr[-2000:]
     report = json.loads(done.stdout)
-    [first] = [f for f in report["findings"] if f["severity"] == "error"][:1]
-    assert first["cause"] == "rank-hang" and first["ranks"] == [1] and "all_reduce at 1024 B" in first["message"]
+    first = [f for f in report["findings"] if f["severity"] == "error"][0]
+    assert first["cause"] == "rank-hang" and first["ranks"] == [1], first
+    assert where in first["message"], first["message"]
 
 
 @pytest.mark.parametrize("args,words", [

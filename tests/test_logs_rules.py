@@ -3,6 +3,7 @@ version, fingerprints across ranks, the peer-to-peer hang after init, and the fa
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -235,3 +236,56 @@ def test_fallback_is_never_confident(lines):
     for finding in diagnose_text("\n".join(lines) + "\n"):
         if finding.message.startswith("fallback"):
             assert finding.confidence < 0.5
+
+
+# ---------------------------------------------------------------------------- heldout2 gaps (general wordings)
+
+@pytest.mark.parametrize("line", [
+    "NET/IBP:Got completion from peer 10.0.0.2<36315> with status=12 opcode=0 len=0 vendor err 129 (Send)",
+    "NET/IB : Got completion from peer 10.0.0.2<36315> with error 12, opcode 0, len 0, vendor err 129",
+    "Got completion from peer 10.0.0.2<36315> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=0 len=0",
+])
+def test_ib_completion_status_whatever_the_prefix(line):
+    assert diagnose_text(line)[0].cause == "ib-retry-exceeded"
+
+
+def test_c10d_wait_for_input_timeout_is_a_store_wait():
+    text = ("[rank1]:[W516 14:34:56.854 socket.cpp:489] [c10d] waitForInput: socket SocketImpl(fd=79, "
+            "addr=[localhost]:41170, remote=[localhost]:29500) timed out after 1800000ms\n")
+    assert diagnose_text(text)[0].cause == "store-wait-timeout"
+    with_bar = "Running tokenizer on dataset:  92%|█████████▏| 9200/10000 [29:58<02:05, 4.1 examples/s]\n" + text
+    assert diagnose_text(with_bar)[0].cause == "rank0-preprocessing"
+
+
+CRASH = "[node-1:4242:0:4300] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x48)\n"
+
+
+def test_segfault_with_frames_in_libnccl_is_a_crash_in_nccl():
+    text = CRASH + " 3  /usr/lib/x86_64-linux-gnu/libnccl.so.2(+0x120057) [0x7ff1c18c1057]\n"
+    finding = diagnose_text(text)[0]
+    assert finding.cause == "nccl-known-bug" and any("Upgrade NCCL" in f for f in finding.fix)
+
+
+def test_segfault_without_nccl_frames_is_not_blamed_on_nccl():
+    text = CRASH + " 3  /usr/lib/python3.10/site-packages/torch/lib/libtorch_cpu.so(+0x120057) [0x7ff1c18c1057]\n"
+    assert all(f.cause != "nccl-known-bug" for f in diagnose_text(text))
+
+
+def test_undefined_symbol_in_libnccl_is_not_a_crash_frame():
+    text = CRASH + "ImportError: /usr/lib/libnccl.so.2: undefined symbol: ncclCommRegister\n"
+    assert all(f.cause != "nccl-known-bug" or "backtrace" not in f.message for f in diagnose_text(text))
+
+
+def test_open_mpi_signal_banner_right_after_nccl_output():
+    text = ("node-1:405884:407462 [0] NCCL INFO RAS client listening socket at ::1<28028>\n"
+            "[node-1:405884] *** Process received signal ***\n")
+    finding = diagnose_text(text)[0]
+    assert finding.cause == "nccl-known-bug" and any("NCCL_RAS_ENABLE=0" in f for f in finding.fix)
+
+
+def test_acs_enabled_in_lspci_points_at_p2p():
+    text = ("node:225:240 [1] NCCL INFO Channel 00 : 1[c2000] -> 0[c1000] via P2P/direct pointer\n"
+            "                ACSCtl: SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-\n")
+    assert diagnose_text(text)[0].cause == "p2p-acs-iommu"
+    disabled = text.replace("SrcValid+", "SrcValid-").replace("Redir+", "Redir-")
+    assert all(f.cause != "p2p-acs-iommu" for f in diagnose_text(disabled))

@@ -12,11 +12,12 @@ from __future__ import annotations
 import errno
 import json
 import socket
-import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
+
+from ..bounded import within
 
 POLL_FIRST, POLL_MAX = 0.002, 0.05  # judge's counter polling: fast at first, then gentle on the store
 
@@ -86,27 +87,6 @@ def connect(host: str, port: int, deadline: float) -> Any:
         if reason.startswith("name not resolved") or time.monotonic() >= deadline:
             raise StoreUnreachable(host, port, reason)
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-
-
-def within(seconds: float, fn: Callable[[], Any]) -> Any:
-    """fn() in a daemon thread, abandoned after `seconds`: TCPStore's client handshake can block forever
-    (with the GIL released) when the port accepts but never answers."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, name="nccl-doctor-bounded", daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        raise TimeoutError(f"no answer within {seconds:.0f} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def serve(port: int, timeout: float, listen_fd: int | None = None) -> Any:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from ..model import Evidence, Finding, Severity
 from .candidates import MAX_EVIDENCE, Candidate, Context, compact, who
 from .collect import Collection, Event, Proc
-from .fallback import rule_fallback, rule_known_bugs
+from .fallback import rule_fallback, rule_known_bugs, rule_nccl_crash
 from .signatures import version_tuple
 from .timeouts import rule_timeouts
 
@@ -425,6 +425,33 @@ def rule_hang_after_init(ctx: Context, cands: dict[str, Candidate]) -> None:
              "`intel_iommu=off` / `amd_iommu=off`, or `setpci` per the NCCL troubleshooting guide)."])
 
 
+def rule_acs_enabled(ctx: Context, cands: dict[str, Candidate]) -> None:
+    """`lspci -vvv` in the log shows ACS enabled on PCI bridges: peer-to-peer between local GPUs goes through
+    the root complex, where it hangs or fails. Evidence for p2p-acs-iommu, strongest with P2P channels set up."""
+    acs = ctx.hint("acs_enabled")
+    if not acs:
+        return
+    p2p = sorted({t for p in ctx.col.procs for t in p.transports if t.startswith("P2P")})
+    seen = (f"lspci shows ACS enabled on {len(acs)} PCI bridge(s) ({acs[0].message.strip()[:70]!r})"
+            + (f" and NCCL set up {', '.join(p2p)} channels between local GPUs" if p2p else ""))
+    evidence = [Evidence(e.source, e.text, e.line) for e in acs[:2]]
+    cand = cands.get("p2p-acs-iommu")
+    if cand is not None:  # a P2P failure or hang already points there: ACS confirms it
+        cand.confidence = max(cand.confidence, 0.7 if p2p else 0.6)
+        cand.message += f"; {seen}"
+        cand.extra_evidence += evidence
+        return
+    other_error = any(c.severity == Severity.ERROR for c in cands.values())
+    cands["p2p-acs-iommu"] = Candidate(
+        cause="p2p-acs-iommu", weight=25 if other_error else 40 if p2p else 30,
+        confidence=0.3 if other_error else 0.55 if p2p else 0.4, role="rule", severity=Severity.WARNING,
+        message=(f"{seen}. ACS redirects GPU peer-to-peer traffic through the root complex, where it is slow or "
+                 "lost: a hang or failure between local GPUs" + (" may come from it" if other_error else "")),
+        extra_evidence=evidence,
+        fix=["Disable ACS on the bridges (`setpci` per the NCCL troubleshooting guide, or the BIOS) or the IOMMU; "
+             "to confirm first, rerun with `NCCL_P2P_DISABLE=1`."])
+
+
 def _output_after_setup(ctx: Context) -> bool:
     """Did the job print much after NCCL's last setup line (training went on, so no hang right after init)?"""
     last: dict[str, int] = {}
@@ -456,8 +483,9 @@ def rule_adjust_hints(ctx: Context, cands: dict[str, Candidate]) -> None:
 
 RULES: list[Callable[[Context, dict[str, Candidate]], None]] = [
     rule_versions, rule_address_family, rule_interfaces, rule_network, rule_coll_calls, rule_fingerprints,
-    rule_timeouts, rule_invalid_usage, rule_elastic_root, rule_echo_only, rule_init_failure_on_some_hosts,
-    rule_single_host_system_error, rule_known_bugs, rule_fallback, rule_hang_after_init, rule_adjust_hints,
+    rule_timeouts, rule_invalid_usage, rule_elastic_root, rule_nccl_crash, rule_echo_only, rule_init_failure_on_some_hosts,
+    rule_single_host_system_error, rule_known_bugs, rule_fallback, rule_hang_after_init, rule_acs_enabled,
+    rule_adjust_hints,
 ]
 
 

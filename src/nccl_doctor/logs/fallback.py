@@ -9,18 +9,25 @@ explains must not end in a silent "ok". It becomes a low-confidence finding, wor
 usual for the NCCL source file that warned, else for the ncclResult code the chain propagated, else the
 generic one (catalog/signatures.toml [fallback]). It is an error when the job visibly failed (an exception,
 or a WARN followed by an error chain), a warning otherwise.
+
+rule_nccl_crash: a fatal signal (segfault banner) whose backtrace runs through libnccl, or that hit right
+after the process's own NCCL output with no error of its own, is a crash inside NCCL: a defect to upgrade
+away, not a peer that died.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from ..catalog import cause as lookup_cause
-from ..model import Severity
+from ..model import Evidence, Severity
 from .candidates import Candidate, Context
 from .collect import Event
 from .signatures import Fallback, fallback, version_tuple
 
+RAS = re.compile(r"\bRAS\b|\bras[A-Z]\w+")  # NCCL's RAS subsystem: its log lines and functions
+CRASH_NEAR_NCCL = 3  # lines between a process's last NCCL line and a crash banner that still tie the two
 RESULT_NAMES = {1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",
                 4: "ncclInvalidArgument", 5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress"}
 
@@ -63,6 +70,40 @@ def rule_known_bugs(ctx: Context, cands: dict[str, Candidate]) -> None:
                          "known defect); the logs do not show the NCCL version"),
                 events=flagged[:1], ranks=set(cand.ranks), hosts=set(cand.hosts),
                 fix=[f"Check the NCCL version (`NCCL_DEBUG=VERSION`); below {fixed}, upgrade first."]))
+
+
+def rule_nccl_crash(ctx: Context, cands: dict[str, Candidate]) -> None:
+    """A segfault/fatal signal inside NCCL: frames in libnccl (strong) or NCCL's output just before it (weak)."""
+    crashes = ctx.events_of("segfault")
+    specific = [c for c in cands.values() if c.role != "echo" and c.weight >= 50]
+    if not crashes or specific:
+        return  # no crash, or an error that explains it (OOM, EFA fork, ...)
+    frames = ctx.hint("nccl_frame")
+    before = [] if frames else _nccl_lines_before(ctx, crashes)
+    if not (frames or before):
+        return
+    versions = sorted({e.caps["version"] for _, e in ctx.facts("nccl_version")})
+    release = f"NCCL {', '.join(versions)}" if versions else "NCCL (version not in the log)"
+    where = (f"its backtrace runs through libnccl ({frames[0].message.strip()[:90]!r})" if frames else
+             f"it hit right after the process's NCCL output ({before[0][2][:90]!r}) with no error reported")
+    context = " ".join([e.text for e in frames[:4]] + [t for _, _, t in before])
+    fix = ["Upgrade NCCL to the newest release (a torch wheel that bundles it or `pip install -U nvidia-nccl-cu12`) "
+           "and check the NCCL release notes and issues for a crash in the same function."]
+    if RAS.search(context):
+        fix.append("NCCL's RAS subsystem shows in the crash context: `NCCL_RAS_ENABLE=0` (NCCL >= 2.24) turns it "
+                   "off as a workaround until the upgrade.")
+    fix.append("Keep the backtrace (with `NCCL_DEBUG=INFO`, and a libnccl with symbols if possible) for the report.")
+    cands["nccl-known-bug"] = Candidate(
+        cause="nccl-known-bug", weight=70 if frames else 45, confidence=0.7 if frames else 0.45, role="rule",
+        message=f"the process crashed ({crashes[0].message.strip()[:90]!r}) and {where}: a crash inside {release}",
+        events=crashes[:2] + frames[:3], extra_evidence=[Evidence(s, t, n) for s, n, t in before[:1]],
+        explains={"rank-died"}, fix=fix)
+
+
+def _nccl_lines_before(ctx: Context, crashes: list[Event]) -> list[tuple[str, int, str]]:
+    """Processes whose last output was an NCCL line just before a crash banner in the same file."""
+    lines = [p.last_line for p in ctx.col.procs if p.last_line and "NCCL" in p.last_line[2]]
+    return [ln for ln in lines for c in crashes if ln[0] == c.source and 0 < c.line - ln[1] <= CRASH_NEAR_NCCL]
 
 
 def rule_fallback(ctx: Context, cands: dict[str, Candidate]) -> None:

@@ -51,8 +51,8 @@ class Seen:
         self.detailed = [e for e in self.events if e.caps.get("op")]
         self.timed_out = {e.rank for e in self.events if e.rank is not None}
         self.seqs = {e.rank: int(e.caps["seq"]) for e in self.detailed if e.rank is not None and e.caps.get("seq")}
-        self.timeout_ms = max((int(e.caps.get("timeout_ms") or e.caps.get("ms") or 0) for e in self.events),
-                              default=0)
+        self.timeout_ms = max((int(e.caps.get("timeout_ms") or e.caps.get("ms") or e.caps.get("wait_ms") or 0)
+                               for e in self.events + self.store_waits), default=0)
 
     @property
     def all(self) -> list[Event]:
@@ -257,7 +257,7 @@ def _timeout_fix(ctx: Context, seen: Seen) -> list[str]:
 def _summary(seen: Seen) -> str:
     if not seen.events:
         e = seen.store_waits[0]
-        return f"{who(seen.store_waits)}store wait timed out ({e.message[:120]})"
+        return f"{who(seen.store_waits)}store wait timed out ({e.message[:160]})"
     minutes = seen.timeout_ms / 60000
     when = f" after the {minutes:g} min timeout" if minutes else ""
     if not seen.detailed:

@@ -12,11 +12,11 @@ import ctypes
 import os
 import re
 import subprocess
-import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from ..bounded import within
 from .topology import knowledge
 
 NVML_TIMEOUT_S = 20.0
@@ -60,23 +60,13 @@ def normalize_bus_id(bus_id: Any) -> str | None:
 
 def run_bounded(work: Callable[[], dict[str, Any]], timeout: float, what: str) -> dict[str, Any]:
     """Run `work` in a daemon thread; a hung driver call leaves the thread behind, not the tool."""
-    result: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            result["value"] = work()
-        except Exception as exc:  # noqa: BLE001 - any driver failure is one fact
-            result["error"] = f"{type(exc).__name__}: {exc}"
-
-    thread = threading.Thread(target=target, name=f"nccl-doctor-{what}", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
+    try:
+        return within(timeout, work, name=what)
+    except TimeoutError:
         return {"unavailable": f"{what} did not answer within {timeout:g} s "
                                "(a GPU may have fallen off the bus: check `dmesg | grep -i xid`)"}
-    if "error" in result:
-        return {"unavailable": f"{what}: {result['error']}"}
-    return result["value"]
+    except Exception as exc:  # noqa: BLE001 - any driver failure is one fact
+        return {"unavailable": f"{what}: {type(exc).__name__}: {exc}"}
 
 
 def throttle_names(mask: int | None) -> list[str]:

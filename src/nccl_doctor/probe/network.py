@@ -21,12 +21,12 @@ from __future__ import annotations
 import errno
 import ipaddress
 import socket
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 import psutil
 
+from ..bounded import within
 from .environment import redact
 
 MAX_IFS = 16  # NCCL's MAX_IFS: entries parsed from NCCL_SOCKET_IFNAME, interfaces returned
@@ -145,25 +145,18 @@ def gloo_select_interfaces(spec: str | None, interfaces: list[dict]) -> list[dic
 def resolve(host: str, timeout: float | None = None) -> list[str]:
     """Addresses of `host` (getaddrinfo in a daemon thread, so a hung resolver cannot hold us)."""
     timeout = RESOLVE_TIMEOUT_S if timeout is None else timeout
-    result: dict[str, Any] = {}
 
-    def work() -> None:
-        try:
-            infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-            result["addresses"] = list(dict.fromkeys(info[4][0] for info in infos))
-        except (OSError, UnicodeError) as exc:
-            result["error"] = exc
+    def lookup() -> list[str]:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+        return list(dict.fromkeys(info[4][0] for info in infos))
 
-    thread = threading.Thread(target=work, name="nccl-doctor-resolve", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise TimeoutError(f"resolving {host} took more than {timeout:g} s")
-    if "error" in result:
-        raise result["error"]
-    if not result.get("addresses"):
+    try:
+        addresses = within(timeout, lookup, name="resolve")
+    except TimeoutError:
+        raise TimeoutError(f"resolving {host} took more than {timeout:g} s") from None
+    if not addresses:
         raise OSError(f"no address for {host}")
-    return result["addresses"]
+    return addresses
 
 
 def _local_addresses(ifaces: list[dict]) -> dict[str, str]:

@@ -26,7 +26,7 @@ from ..cluster.judge import MARGIN, Judge, JudgeContext, Options, Outcome, Progr
 from ..cluster.launch import World
 from ..cluster.rank import INTERNAL_PREFIX, RankContext
 from ..cluster.stages import devices, fingerprints, rendezvous
-from ..cluster.stages.collectives import _judge_op
+from ..cluster.stages.collectives import judge_op
 from ..cluster.store import Exchange
 from ..cluster.watchdog import Liveness
 from ..cluster.wire import finding_from_wire, finding_to_wire
@@ -207,7 +207,7 @@ def _temporary_group(ctx: RankContext, backend: str, device: Any) -> Any:
 def _all_reduce_on_judge(ctx: JudgeContext) -> Outcome:
     step = "op.all_reduce"
     got = ctx.gather(step)
-    findings = _judge_op(ctx, "all_reduce", step, got.results, got.missing)
+    findings = judge_op(ctx, "all_reduce", step, got.results, got.missing)
     ctx.exchange.decide(step, {"go": not findings})
     seconds = max((p["seconds"] for p in got.results.values()), default=0.0)
     ctx.facts["collectives"] = [{"op": "all_reduce", "status": "failed" if findings else "passed",

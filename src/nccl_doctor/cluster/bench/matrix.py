@@ -17,7 +17,8 @@ from datetime import timedelta
 from typing import Any, Callable, Mapping
 
 from ..judge import MARGIN, JudgeContext, Outcome, Stage
-from ..watchdog import error_findings, missing_findings
+from ..stages.collectives import judge_op
+from ..watchdog import missing_findings
 from .links import Limits, Link, Node, best_of, judge_links, suspects
 from .options import BenchOptions
 from .schedule import round_robin
@@ -75,6 +76,7 @@ def on_rank(ctx: Any) -> None:
     nodes = nodes_of(options.matrix, ctx.plan["hosts"])
     taking_part = ctx.rank in nodes
     facts = ctx.state.get("facts", {})
+    ctx.mark("matrix.line")
     ctx.publish("matrix.line", line_rate(ctx.env, facts, ctx.plan["backend"]) if taking_part else {})
     device = device_of(ctx)
     wait = timedelta(seconds=options.timeout + MARGIN)
@@ -114,7 +116,7 @@ def on_judge(ctx: JudgeContext) -> Outcome:
     nodes = {r: _node(ctx, r, options.matrix, lines.results.get(r, {})) for r in ranks}
     rounds = round_robin(len(ranks))
     limits, judged = Limits.load(backend), _judged(backend, nodes)
-    findings = missing_findings(ctx, "the link matrix", lines.missing)
+    findings = missing_findings(ctx, "the link matrix", lines.missing, enter_step="matrix.line")
     links: list[Link] = []
     if not findings:
         links, findings = _measured(ctx, options, rounds, ranks, nodes, "matrix")
@@ -175,10 +177,8 @@ def _measured(ctx: JudgeContext, options: BenchOptions, rounds: list, ranks: lis
             got = ctx.gather(step)
             what = "the link test of " + ", ".join(f"{nodes[ranks[a]].label} <-> {nodes[ranks[b]].label}"
                                                     for a, b in pairs)
-            errors = {r: p["error"] for r, p in got.results.items() if "error" in p}
-            if got.missing or errors:
-                return links, missing_findings(ctx, what, got.missing, enter_step=step) + \
-                    error_findings(ctx, what, errors, fallback="collective-timeout")
+            if got.missing or any("error" in p for p in got.results.values()):
+                return links, judge_op(ctx, what, step, got.results, got.missing)
             for a, b in pairs:
                 first, second = got.results[ranks[a]], got.results[ranks[b]]
                 links.append(Link(nodes[ranks[a]].label, nodes[ranks[b]].label, first["send_Bps"],

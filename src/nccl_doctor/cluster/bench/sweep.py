@@ -19,7 +19,7 @@ from ...model import Evidence, Finding
 from ...rules.consistency import ranks_text
 from ..collectives import COLLECTIVES, IN_PLACE, OUT_OF_PLACE, Spec, levels_for
 from ..judge import MARGIN, JudgeContext, Outcome, Stage
-from ..watchdog import error_findings, missing_findings
+from ..stages.collectives import judge_op
 from .options import DATATYPES, BenchOptions, sizes
 
 LAYOUTS = (OUT_OF_PLACE, IN_PLACE)
@@ -98,9 +98,8 @@ def on_judge(ctx: JudgeContext) -> Outcome:
         for cell in cells:
             got = ctx.gather(cell.step)
             what = f"{cell.collective} at {cell.size} B"
-            errors = {r: p["error"] for r, p in got.results.items() if "error" in p}
-            if got.missing or errors:
-                findings = _failures(ctx, what, cell.step, got.missing, errors)
+            if got.missing or any("error" in p for p in got.results.values()):
+                findings = judge_op(ctx, what, cell.step, got.results, got.missing)
                 break
             rows.append(row(cell, got.results, options, n))
             advance(f"{cell.collective} {cell.size} B")
@@ -109,15 +108,6 @@ def on_judge(ctx: JudgeContext) -> Outcome:
                           "collectives": list(options.collectives), "rows": rows,
                           "avg_busbw": average_busbw(rows)}
     return Outcome.judged(findings, _detail(rows, cells))
-
-
-def _failures(ctx: JudgeContext, what: str, step: str, missing: list[int], errors: dict[int, str]) -> list[Finding]:
-    culprits = missing_findings(ctx, what, missing, enter_step=step)
-    failures = error_findings(ctx, what, errors, fallback="collective-timeout") if errors else []
-    if culprits:
-        culprits[0].secondary.extend(failures)
-        return culprits
-    return failures
 
 
 def combine(times: list[float], average: int) -> float:

@@ -69,7 +69,7 @@ def on_judge(ctx: JudgeContext) -> Outcome:
     for op in planned:
         step = f"op.{op}"
         got = ctx.gather(step)
-        found = _judge_op(ctx, op, step, got.results, got.missing)
+        found = judge_op(ctx, op, step, got.results, got.missing)
         ok = not found
         timings.append({"op": op, "status": "passed" if ok else "failed",
                         "seconds": round(max((p["seconds"] for p in got.results.values()), default=0.0), 4)})
@@ -83,7 +83,8 @@ def on_judge(ctx: JudgeContext) -> Outcome:
                                     + (f", {timings[-1]['op']} failed" if passed < len(timings) else ""))
 
 
-def _judge_op(ctx: JudgeContext, op: str, step: str, results: dict[int, dict], missing: list[int]) -> list[Finding]:
+def judge_op(ctx: JudgeContext, op: str, step: str, results: dict[int, dict], missing: list[int]) -> list[Finding]:
+    """Findings for one verified op: ranks that never entered or finished first, their errors folded under."""
     errors = {r: p["error"] for r, p in results.items() if "error" in p}
     culprits = missing_findings(ctx, op, missing, enter_step=step)
     failures = error_findings(ctx, op, errors, fallback="collective-timeout") if errors else []
