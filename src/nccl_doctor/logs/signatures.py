@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import cache
+from collections.abc import Iterator
 from typing import Any
 
 try:  # Python 3.11+ keeps the regex parser here (sre_parse is a deprecated alias)
@@ -152,8 +153,9 @@ def _strip_optional_tail(expr: str) -> str:
     return expr
 
 
-def _group_end(expr: str) -> int:
-    """Index of the parenthesis closing the group that opens expr[0], or -1."""
+def _parens(expr: str) -> Iterator[tuple[int, int]]:
+    """(index, nesting depth after it) of every grouping parenthesis, skipping escapes and [classes];
+    a final (len(expr), -1) marks an unterminated character class."""
     depth, escaped, in_class = 0, False, False
     for i, ch in enumerate(expr):
         if escaped:
@@ -164,13 +166,16 @@ def _group_end(expr: str) -> int:
             in_class = ch != "]"
         elif ch == "[":
             in_class = True
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
+        elif ch in "()":
+            depth += 1 if ch == "(" else -1
+            yield i, depth
+    if in_class:
+        yield len(expr), -1
+
+
+def _group_end(expr: str) -> int:
+    """Index of the parenthesis closing the group that opens expr[0], or -1."""
+    return next((i for i, depth in _parens(expr) if depth == 0 and i < len(expr)), -1)
 
 
 def _top_level(expr: str) -> str:
@@ -193,24 +198,10 @@ def _top_level(expr: str) -> str:
 
 def _unbalanced(expr: str) -> bool:
     depth = 0
-    escaped = False
-    in_class = False
-    for ch in expr:
-        if escaped:
-            escaped = False
-        elif ch == "\\":
-            escaped = True
-        elif in_class:
-            in_class = ch != "]"
-        elif ch == "[":
-            in_class = True
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth < 0:
-                return True
-    return depth != 0 or in_class
+    for _, depth in _parens(expr):
+        if depth < 0:
+            return True
+    return depth != 0
 
 
 _ERE_REPLACEMENTS = [

@@ -13,30 +13,15 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ..progress import TRAIN, phase, step
+from .lifecycle import Lifecycle
 
 
-class NcclDoctorTrainerCallback(TrainerCallback):
+class NcclDoctorTrainerCallback(Lifecycle, TrainerCallback):
     """preflight (once, at train begin) and watch (during train); keyword arguments go to each."""
 
-    def __init__(self, preflight: bool = True, watch: bool = True, preflight_kwargs: dict[str, Any] | None = None,
-                 watch_kwargs: dict[str, Any] | None = None) -> None:
-        self.run_preflight, self.run_watch = preflight, watch
-        self.preflight_kwargs, self.watch_kwargs = preflight_kwargs or {}, watch_kwargs or {}
-        self.preflight_report: Any = None
-        self.watch_report: Any = None
-        self._watch: Any = None
-
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if not _distributed():
-            return
-        if self.run_preflight and self.preflight_report is None:
-            from ..preflight import preflight
-
-            self.preflight_report = preflight(**self.preflight_kwargs)
-        if self.run_watch:
-            from ..watch import watch
-
-            self._watch = watch(**self.watch_kwargs)
+        self._start_preflight()
+        self._start_watch()
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         phase(TRAIN)
@@ -51,12 +36,4 @@ class NcclDoctorTrainerCallback(TrainerCallback):
         phase(TRAIN)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self._watch is not None:
-            self.watch_report = self._watch.stop()
-            self._watch = None
-
-
-def _distributed() -> bool:
-    import torch.distributed as dist
-
-    return dist.is_available() and dist.is_initialized()
+        self._stop_watch()

@@ -15,30 +15,17 @@ except ImportError:  # the older package name
     import pytorch_lightning as pl  # type: ignore[no-redef]
 
 from ..progress import TRAIN, phase, step
+from .lifecycle import Lifecycle
 
 
-class NcclDoctorCallback(pl.Callback):
+class NcclDoctorCallback(Lifecycle, pl.Callback):
     """preflight (once, at setup) and watch (during fit); keyword arguments go to each."""
 
-    def __init__(self, preflight: bool = True, watch: bool = True, preflight_kwargs: dict[str, Any] | None = None,
-                 watch_kwargs: dict[str, Any] | None = None) -> None:
-        self.run_preflight, self.run_watch = preflight, watch
-        self.preflight_kwargs, self.watch_kwargs = preflight_kwargs or {}, watch_kwargs or {}
-        self.preflight_report: Any = None
-        self.watch_report: Any = None
-        self._watch: Any = None
-
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self.run_preflight and self.preflight_report is None and _distributed():
-            from ..preflight import preflight
-
-            self.preflight_report = preflight(**self.preflight_kwargs)
+        self._start_preflight()
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.run_watch and _distributed():
-            from ..watch import watch
-
-            self._watch = watch(**self.watch_kwargs)
+        self._start_watch()
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
@@ -59,18 +46,7 @@ class NcclDoctorCallback(pl.Callback):
         phase("checkpoint")  # back to "train" at the next batch
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._stop()
+        self._stop_watch()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        self._stop()
-
-    def _stop(self) -> None:
-        if self._watch is not None:
-            self.watch_report = self._watch.stop()
-            self._watch = None
-
-
-def _distributed() -> bool:
-    import torch.distributed as dist
-
-    return dist.is_available() and dist.is_initialized()
+        self._stop_watch()
