@@ -7,7 +7,6 @@ redop, root, time, algbw, busbw, #wrong). Run it under the job's launcher or wit
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from ..cluster.bench.options import DATATYPES, BenchOptions, parse_size
 from ..cluster.collectives import COLLECTIVES, REDOPS
 from ..model import InputError, Report
 from ..render import emit
+from .launching import require_torch, run_job
 
 INTEGER_TYPES = ("int8", "uint8", "int32", "int64")
 
@@ -83,8 +83,7 @@ def bench(collectives: tuple[str, ...], local: int | None, backend: str, minbyte
     COLLECTIVE: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, sendrecv, or all.
     Without one, all are swept, unless --matrix alone was asked for.
     """
-    from ..cluster.launch import WorldError, default_local_ranks, detect_world
-
+    require_torch("bench")
     scope = "ranks" if matrix_ranks else "hosts" if matrix else None
     chosen = _collectives(collectives, scope)
     options = BenchOptions(backend=backend, timeout=timeout, collectives=chosen, minbytes=minbytes,
@@ -93,29 +92,11 @@ def bench(collectives: tuple[str, ...], local: int | None, backend: str, minbyte
                            average=average, matrix=scope, matrix_bytes=matrix_bytes, matrix_time=matrix_time,
                            show_progress=not as_json and sys.stderr.isatty())
     _validate(options, html_file)
-    deliver = _deliverer(as_json, html_file)
-    env = dict(os.environ)
-    try:
-        world = None if local is not None else detect_world(env)
-    except WorldError as exc:
-        from .check import _world_report
-
-        return deliver(_world_report(exc))
     from ..cluster.bench import stages
 
-    if world is not None:
-        from ..cluster.run import run_as_rank
-
-        _validate_root(options, world.world_size)
-        return run_as_rank(world, options, env, as_json=as_json, deliver=deliver,
-                           progress=None if as_json else sys.stderr, stages=stages())
-    from ..cluster.run import run_local
-
-    count = local or default_local_ranks()
-    _validate_root(options, count)
-    report = run_local(count, options, rank_args(options), master_addr=master_addr, master_port=master_port,
-                       progress=None if as_json else sys.stderr, stages=stages(), command="bench")
-    return deliver(report)
+    return run_job("bench", options, local=local, deliver=_deliverer(as_json, html_file), as_json=as_json,
+                   rank_args=rank_args(options), master_addr=master_addr, master_port=master_port,
+                   stages=stages(), check_world=lambda world_size: _validate_root(options, world_size))
 
 
 def _collectives(named: tuple[str, ...], scope: str | None) -> tuple[str, ...]:

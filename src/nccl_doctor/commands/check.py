@@ -6,8 +6,6 @@ Run it under the job's launcher (torchrun, srun, mpirun) or let it start ranks o
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from rich.table import Table
 from ..model import InputError, Report
 from ..render import emit, render_json
 from ..render.text import console_for
+from .launching import require_torch, run_job
 
 STATUS_STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
 
@@ -41,31 +40,14 @@ STATUS_STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
 def check(local: int | None, backend: str, timeout: float, quick: bool, master_addr: str, master_port: int,
           report_file: str | None, as_json: bool, rank_env: tuple[str, ...]) -> int:
     """Check that every rank can communicate: versions, devices, network, backend, collectives."""
-    if importlib.util.find_spec("torch") is None:
-        raise InputError("check runs collectives with torch.distributed: install PyTorch "
-                         "(`pip install 'nccl-doctor[torch]'`)")
+    require_torch("check")
     from ..cluster.judge import Options
-    from ..cluster.launch import WorldError, default_local_ranks, detect_world
 
-    options = Options(backend=backend, timeout=timeout, quick=quick)
-    progress = None if as_json else sys.stderr
-    deliver = _deliverer(as_json, report_file)
-    env = dict(os.environ)
-    try:
-        world = None if local is not None else detect_world(env)
-    except WorldError as exc:
-        return deliver(_world_report(exc))
-    if world is not None:
-        from ..cluster.run import run_as_rank
-
-        return run_as_rank(world, options, env, as_json=as_json, deliver=deliver, progress=progress)
-    from ..cluster.run import run_local
-
-    count = local or default_local_ranks()
     rank_args = ["--backend", backend, "--timeout", str(timeout), *(["--quick"] if quick else [])]
-    report = run_local(count, options, rank_args, master_addr=master_addr, master_port=master_port,
-                       rank_env=_parse_rank_env(rank_env, count), progress=progress)
-    return deliver(report)
+    return run_job("check", Options(backend=backend, timeout=timeout, quick=quick), local=local,
+                   deliver=_deliverer(as_json, report_file), as_json=as_json, rank_args=rank_args,
+                   master_addr=master_addr, master_port=master_port,
+                   rank_env=lambda count: _parse_rank_env(rank_env, count))
 
 
 def _deliverer(as_json: bool, report_file: str | None):
@@ -104,13 +86,3 @@ def _parse_rank_env(items: tuple[str, ...], count: int) -> dict[int, dict[str, s
             raise InputError(f"--rank-env {item!r}: expected RANK:NAME=VALUE with RANK below {count}")
         parsed.setdefault(int(rank), {})[name] = value
     return parsed
-
-
-def _world_report(exc) -> Report:
-    from ..model import Evidence, Finding
-
-    finding = Finding(exc.cause, "error", str(exc), evidence=[Evidence("launcher environment", str(exc))],
-                      fix=[exc.fix] if exc.fix else [])
-    stage = {"name": "rendezvous", "title": "Rendezvous", "status": "failed", "seconds": 0.0, "detail": str(exc)}
-    return Report("check", [finding], {"stages": [stage]})
-

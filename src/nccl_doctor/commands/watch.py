@@ -16,6 +16,7 @@ import click
 
 from ..model import InputError, Report
 from ..render import emit
+from .launching import require_torch
 
 POLL_FIRST = 0.2
 
@@ -35,6 +36,7 @@ POLL_FIRST = 0.2
 def watch(address: str, hang_after: float | None, duration: float | None, wait_s: float, stop_on_error: bool,
           as_json: bool) -> int:
     """Detect stragglers, hangs and dead ranks of a running job from its heartbeats."""
+    require_torch("watch")
     from ..cluster.run import quiet_torch
     from ..runtime.monitor import Monitor, print_finding
 
