@@ -29,6 +29,7 @@ def read_text(name: str) -> str:
 class Category:
     id: str
     description: str
+    confirm: str = ""  # the one piece of information that confirms a cause of this category
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,19 @@ class Cause:
     explanation: str
     fix: tuple[str, ...]
     references: tuple[str, ...] = ()
+    explains: frozenset[str] = frozenset()  # causes whose symptoms this cause accounts for (they fold under it)
+    symptom: bool = False  # generic (a peer died, 'internal error'): any specific cause explains it
+    confirm: str = ""  # what would confirm it; the category's when empty
+
+    @property
+    def confirmation(self) -> str:
+        return self.confirm or categories()[self.category].confirm
 
 
 @cache
 def categories() -> dict[str, Category]:
     rows = load_toml("categories.toml")["category"]
-    return {r["id"]: Category(r["id"], r["description"]) for r in rows}
+    return {r["id"]: Category(r["id"], r["description"], r.get("confirm", "")) for r in rows}
 
 
 @cache
@@ -59,12 +67,19 @@ def causes() -> dict[str, Cause]:
             explanation=" ".join(row["explanation"].split()),
             fix=tuple(row["fix"]),
             references=tuple(row.get("references", ())),
+            explains=frozenset(row.get("explains", ())),
+            symptom=bool(row.get("symptom", False)),
+            confirm=row.get("confirm", ""),
         )
         if c.category not in known:
             raise ValueError(f"cause {c.id}: unknown category {c.category}")
         if c.id in table:
             raise ValueError(f"cause {c.id} defined twice")
         table[c.id] = c
+    for c in table.values():
+        unknown = c.explains - table.keys()
+        if unknown:
+            raise ValueError(f"cause {c.id} explains unknown causes {sorted(unknown)}")
     return table
 
 

@@ -292,11 +292,8 @@ class Collector:
                 matched.append((sig, caps))
         if not matched:
             return
-        # One error cause per line: the most specific signature claims it.
-        errors = [(s, c) for s, c in matched if s.is_error]
-        if len(errors) > 1:
-            best = max(errors, key=lambda sc: (sc[0].weight, -sc[0].index))
-            matched = [(s, c) for s, c in matched if not s.is_error or s is best[0]]
+        # Every reading of the line is kept (a template and the OS error text in it both count): weighing
+        # combines them. Hints marked `unclaimed` only stand for lines nothing else recognised.
         if any(s.role != "hint" for s, _ in matched):  # recognised: not one of the lines nobody explains
             matched = [(s, c) for s, c in matched if not s.unclaimed]
         key = self._identify(source, file_rank, info)

@@ -24,8 +24,7 @@ from ..catalog import cause as lookup_cause
 from ..catalog import load_toml
 
 ROLES = ("root", "generic", "echo", "timeout", "fact", "hint")
-DEFAULT_WEIGHT = {"root": 80, "generic": 35, "echo": 10, "timeout": 45, "fact": 0, "hint": 0}
-DEFAULT_CONFIDENCE = {"root": 0.85, "generic": 0.45, "echo": 0.4, "timeout": 0.6, "fact": 0.0, "hint": 0.0}
+ERROR_ROLES = ("root", "generic", "echo", "timeout")
 
 
 @dataclass(frozen=True)
@@ -38,8 +37,8 @@ class Signature:
     cause: str | None = None
     fact: str | None = None
     hint: str | None = None
-    weight: int = 0
-    confidence: float = 0.0
+    strength: float = 0.0  # how strongly the line alone argues for `cause` (0..1)
+    also: tuple[tuple[str, float], ...] = ()  # other causes the same line is typical of
     literals: tuple[str, ...] = ()
     caseless: bool = False
     scope: str = "all"  # "tail": only read in the last lines of each file (frequent lines)
@@ -50,7 +49,12 @@ class Signature:
 
     @property
     def is_error(self) -> bool:
-        return self.role in ("root", "generic", "echo", "timeout")
+        return self.role in ERROR_ROLES
+
+    @property
+    def causes(self) -> dict[str, float]:
+        """What the line means: each cause it argues for, with its strength."""
+        return {self.cause: self.strength, **dict(self.also)} if self.cause else {}
 
     def match(self, text: str) -> dict[str, str] | None:
         """Named captures of the first match in `text` (empty dict if none named), or None."""
@@ -278,16 +282,16 @@ def signatures() -> tuple[Signature, ...]:
             raise ValueError(f"signature {row['id']} defined twice")
         seen.add(row["id"])
         cause = row.get("cause")
-        if cause:
-            lookup_cause(cause)
-        elif role in ("root", "generic", "echo", "timeout"):
-            raise ValueError(f"signature {row['id']}: role {role} needs a cause")
+        also = tuple(row.get("also", {}).items())
+        for named in ([cause] if cause else []) + [c for c, _ in also]:
+            lookup_cause(named)
+        if role in ERROR_ROLES and not (cause and "strength" in row):
+            raise ValueError(f"signature {row['id']}: role {role} needs a cause and a strength")
         pattern = row["pattern"]
         table.append(Signature(
             index=i, id=row["id"], role=role, pattern=pattern, example=row["example"], cause=cause,
             fact=row.get("fact"), hint=row.get("hint"),
-            weight=int(row.get("weight", DEFAULT_WEIGHT[role])),
-            confidence=float(row.get("confidence", DEFAULT_CONFIDENCE[role])),
+            strength=float(row.get("strength", 0.0)), also=also,
             literals=_literals(row, pattern),
             caseless=pattern.startswith("(?i)"),
             scope=row.get("scope", "all"),
@@ -310,7 +314,6 @@ class Fallback:
 
     generic: str
     watchdog: str
-    confidence: float
     by_source: tuple[tuple[str, str], ...]  # (NCCL source-file prefix, cause), first match wins
     by_result: dict[int, str]  # ncclResult_t code -> cause
 
@@ -322,7 +325,7 @@ class Fallback:
 @cache
 def fallback() -> Fallback:
     table = load_toml("signatures.toml")["fallback"]
-    fb = Fallback(generic=table["generic"], watchdog=table["watchdog"], confidence=float(table["confidence"]),
+    fb = Fallback(generic=table["generic"], watchdog=table["watchdog"],
                   by_source=tuple(table["source"].items()),
                   by_result={int(code): cause for code, cause in table["result"].items()})
     for cause in (fb.generic, fb.watchdog, *dict(fb.by_source).values(), *fb.by_result.values()):

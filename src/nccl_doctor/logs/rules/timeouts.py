@@ -9,7 +9,7 @@ strongest first:
 3. one-rank work (timeout_rank0_only_work): the log shows checkpointing, evaluation, preprocessing or
    'on rank 0' work around the timeout (strong); or the waiting ranks sit in a synchronisation point - a
    barrier, a one-element all-reduce, a broadcast - and rank 0 is not among them (weak: a rank that stopped
-   issuing collectives looks the same, so that alternative is kept under the finding);
+   issuing collectives looks the same, so that reading is kept as the alternative);
 4. CUDA-graph captured collectives (vLLM) with nobody lagging;
 5. otherwise a timeout whose culprit the logs do not show.
 
@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .candidates import Candidate, Context, compact, culprits, hosts_of, last_lines, who
-from .collect import Event
+from ...ranges import compact
+from ..collect import Event
+from ..evidence import Clue, LogView, who
+from . import rule
 
 TIMEOUT_SIGS = ("watchdog-timeout", "blocking-wait-timeout", "gloo-timeout", "nonblocking-init-timeout",
                 "watchdog-timeout-stack")
@@ -33,7 +36,7 @@ CONTEXT = (("checkpoint", "checkpoint save/load", "checkpoint-io"),
            ("preprocessing", "data preprocessing", "rank0-preprocessing"))
 RECENT_LINES = 2000  # context further back than this in the timed-out file is an earlier phase of the job
 EARLY_SEQ = 3  # a collective this early runs before training: setup barriers after preprocessing/loading
-EXPLAINS = {"collective-timeout", "rank-died", "store-wait-timeout", "rank-hang", "nccl-internal-error"}
+KNOWN_MISMATCH = 0.8  # a mismatch error this strong already says why the ranks waited
 
 
 @dataclass
@@ -55,151 +58,129 @@ class Seen:
                                for e in self.events + self.store_waits), default=0)
 
     @property
-    def all(self) -> list[Event]:
-        return self.events + self.store_waits
+    def all(self) -> tuple[Event, ...]:
+        return tuple(self.events + self.store_waits)
 
 
-def rule_timeouts(ctx: Context, cands: dict[str, Candidate]) -> None:
+@rule("timeout-summary", "timeout-mismatched-ops", "timeout-lagging-rank", "timeout-lagging-rank-in-evaluation",
+      "timeout-during-evaluation", "timeout-cudagraph", "one-rank-context", "one-rank-said", "one-rank-sync-point",
+      "one-rank-store-wait", "one-rank-progress", "one-rank-or-stopped")
+def rule_timeouts(view: LogView) -> Iterator[Clue]:
     """Whose fault is a collective timeout: lagging ranks, mismatched collectives, rank-0-only work."""
-    before = {name: id(c) for name, c in cands.items()}
-    _judge(ctx, cands)
-    for name, cand in cands.items():
-        if before.get(name) != id(cand):
-            cand.evidence_limit = 4  # near-identical timeout lines from many ranks: a few tell the story
-
-
-def _judge(ctx: Context, cands: dict[str, Candidate]) -> None:
-    seen = Seen(ctx.events_of(*TIMEOUT_SIGS), ctx.events_of("store-wait-timeout"))
+    seen = Seen(view.events_of(*TIMEOUT_SIGS), view.events_of("store-wait-timeout"))
     if not seen.all:
         return
-    cands.pop("collective-timeout", None)
-    cands.pop("store-wait-timeout", None)
     summary = _summary(seen)
-    known = cands.get("collective-mismatch")
-    if known is not None and known.weight >= 80:  # a mismatch error already explains why they waited
-        cands["collective-timeout"] = Candidate(
-            cause="collective-timeout", weight=30, confidence=0.4, role="timeout", message=summary,
-            events=seen.all, ranks=seen.timed_out)
+    if any(e.sig.strength >= KNOWN_MISMATCH for e in view.events_for("collective-mismatch")):
+        yield Clue("timeout-summary", summary, events=seen.all, ranks=frozenset(seen.timed_out))
         return
     mismatch = _mismatched_at_same_seq(seen.detailed)
     if mismatch:
         guilty, text = mismatch
-        cands["collective-mismatch"] = Candidate(
-            cause="collective-mismatch", weight=75, confidence=0.8, role="rule", message=text,
-            events=seen.all, ranks=guilty, hosts=hosts_of(ctx, guilty), explains=set(EXPLAINS),
-            fix=[f"Compare what ranks {compact(sorted(guilty))} run at that step with the others "
-                 "(TORCH_DISTRIBUTED_DEBUG=DETAIL reports the mismatching call)."])
+        yield Clue("timeout-mismatched-ops", text, events=seen.all, ranks=frozenset(guilty),
+                   hosts=view.hosts_of(guilty),
+                   fix=(f"Compare what ranks {compact(guilty)} run at that step with the others "
+                        "(TORCH_DISTRIBUTED_DEBUG=DETAIL reports the mismatching call).",))
         return
-    lagging, lag_text = _lagging_ranks(ctx, seen)
-    if _one_rank_work(ctx, cands, seen, lagging, summary):
+    lagging, lag_text = _lagging_ranks(view, seen)
+    work = list(_one_rank_work(view, seen, lagging, summary))
+    if work:
+        yield from work
         return
-    if _recent(ctx, "cuda_graphs", seen) and not ctx.hint("eager") and not lagging:
-        cands["nccl-cudagraph-mixing"] = Candidate(
-            cause="nccl-cudagraph-mixing", weight=62, confidence=0.55, role="rule",
-            message=f"{summary}, in a job that captures NCCL collectives in CUDA graphs (no rank lags behind)",
-            events=ctx.hint("cuda_graphs")[:2] + seen.all, ranks=seen.timed_out,
-            hosts=hosts_of(ctx, seen.timed_out), explains=set(EXPLAINS))
+    if _recent(view, "cuda_graphs", seen) and not view.hint("eager") and not lagging:
+        yield Clue("timeout-cudagraph", f"{summary}, in a job that captures NCCL collectives in CUDA graphs (no rank "
+                   "lags behind)", events=tuple(view.hint("cuda_graphs")[:2]) + seen.all,
+                   ranks=frozenset(seen.timed_out), hosts=view.hosts_of(seen.timed_out))
         return
-    evaluation = _recent(ctx, "evaluation", seen)
+    evaluation = _recent(view, "evaluation", seen)
     if lagging:
-        cause = "straggler-rank" if evaluation else "rank-hang"
-        cands[cause] = Candidate(
-            cause=cause, weight=64, confidence=0.75, role="rule",
-            message=f"{culprits(ctx, lagging)}: {lag_text} - {summary}",
-            events=seen.all, ranks=lagging, hosts=hosts_of(ctx, lagging), explains=set(EXPLAINS),
-            extra_evidence=last_lines(ctx, lagging),
-            fix=[f"Look at what rank(s) {compact(sorted(lagging))} were doing when the others timed out "
-                 "(their log just before the timeout, `py-spy dump`)."])
+        yield Clue("timeout-lagging-rank-in-evaluation" if evaluation else "timeout-lagging-rank",
+                   f"{view.culprits(lagging)}: {lag_text} - {summary}", events=seen.all, ranks=frozenset(lagging),
+                   hosts=view.hosts_of(lagging), evidence=view.last_lines(lagging),
+                   fix=(f"Look at what rank(s) {compact(lagging)} were doing when the others timed out (their "
+                        "log just before the timeout, `py-spy dump`).",))
         return
     if evaluation and 0 in seen.timed_out:
-        cands["straggler-rank"] = Candidate(
-            cause="straggler-rank", weight=60, confidence=0.6, role="rule",
-            message=f"{summary} during evaluation/generation: some ranks took longer than the timeout",
-            events=evaluation[-2:] + seen.all, ranks=seen.timed_out, explains=set(EXPLAINS))
+        yield Clue("timeout-during-evaluation", f"{summary} during evaluation/generation: some ranks took longer "
+                   "than the timeout", events=tuple(evaluation[-2:]) + seen.all, ranks=frozenset(seen.timed_out))
         return
-    never_completed = [p for p in ctx.col.procs for s in p.facts.get("pg_status", [])
+    never_completed = [p for p in view.col.procs for s in p.facts.get("pg_status", [])
                        if int(s.caps.get("completed") or s.caps.get("completed_old") or 0) < 0]
-    detail = (" - nothing ever completed on this process group, which points at setup/connectivity "
-              "rather than a slow rank") if never_completed else ""
-    cands["collective-timeout"] = Candidate(
-        cause="collective-timeout", weight=48, confidence=0.5, role="timeout",
-        message=f"{summary}{detail}", events=seen.all, ranks=seen.timed_out,
-        hosts=hosts_of(ctx, seen.timed_out), explains={"rank-died"},
-        fix=_timeout_fix(ctx, seen))
+    detail = (" - nothing ever completed on this process group, which points at setup/connectivity rather than a "
+              "slow rank") if never_completed else ""
+    yield Clue("timeout-summary", f"{summary}{detail}", events=seen.all, ranks=frozenset(seen.timed_out),
+               hosts=view.hosts_of(seen.timed_out), fix=_timeout_fix(view, seen))
 
 
 # ---------------------------------------------------------------------------- one-rank work
 
 @dataclass
-class Clues:
+class Reasons:
     """Evidence that one rank (usually rank 0) worked alone while the others waited."""
 
-    reasons: list[str] = field(default_factory=list)
-    shown: list[Event] = field(default_factory=list)  # the context lines, as evidence
+    given: list[tuple[str, str, tuple[Event, ...]]] = field(default_factory=list)  # (observation, why, lines)
     cause: str | None = None  # the sub-cause the latest context line names
     strong: bool = False  # the log says what the work was, or that it runs on rank 0
     early: bool = False  # a synchronisation point among the job's first collectives
 
 
-def _one_rank_work(ctx: Context, cands: dict[str, Candidate], seen: Seen, lagging: set[int], summary: str) -> bool:
-    """Add the timeout_rank0_only_work finding when the evidence points there; True if it did."""
+def _one_rank_work(view: LogView, seen: Seen, lagging: set[int], summary: str) -> Iterator[Clue]:
+    """Clues that one rank worked alone while the others waited, when the evidence points there."""
     if 0 in seen.timed_out and not (lagging and 0 not in lagging):
-        return False  # rank 0 itself waited: the work was not on rank 0 alone
-    clues = _one_rank_clues(ctx, seen)
-    if not clues.reasons or (lagging and not clues.strong):
-        return False  # nothing, or only circumstantial evidence against a named lagging rank
+        return  # rank 0 itself waited: the work was not on rank 0 alone
+    reasons = _one_rank_reasons(view, seen)
+    if not reasons.given or (lagging and not reasons.strong):
+        return  # nothing, or only circumstantial evidence against a named lagging rank
     store_only = bool(seen.store_waits and not seen.events)
-    cause = clues.cause or ("store-wait-timeout" if store_only else "rank0-preprocessing" if clues.early
-                            else "rank0-only-work")
-    n = len(clues.reasons)
-    confidence = min(0.9, 0.5 + 0.1 * (n - 1)) if clues.strong else min(0.5, 0.35 + 0.05 * (n - 1))
-    busy = culprits(ctx, lagging) if lagging else "rank 0"
-    ranks = lagging or ({0} if 0 not in seen.timed_out else set())
-    cands[cause] = Candidate(
-        cause=cause, weight=66, confidence=confidence, role="rule",
-        message=(f"{busy} was {'' if clues.strong else 'probably '}busy elsewhere while the others waited: "
-                 f"{'; '.join(clues.reasons)} - {summary}"),
-        events=clues.shown[:3] + seen.all, ranks=ranks, hosts=hosts_of(ctx, lagging), explains=set(EXPLAINS),
-        fix=_rank0_fix(seen))
-    if not clues.strong:  # the other reading of the same lines, kept as the alternative under it
-        cands["collective-timeout"] = Candidate(
-            cause="collective-timeout", weight=30, confidence=0.3, role="timeout",
-            message=(f"alternative: {busy} had stopped issuing collectives (a hang, a crash, fewer batches than the "
-                     "others) instead of working alone - the timeout lines alone cannot tell the two apart"),
-            events=seen.all[:2], ranks=ranks)
-    return True
+    cause = reasons.cause or ("store-wait-timeout" if store_only else "rank0-preprocessing" if reasons.early
+                              else "rank0-only-work")
+    busy = view.culprits(lagging) if lagging else "rank 0"
+    ranks = frozenset(lagging or ({0} if 0 not in seen.timed_out else set()))
+    hosts = view.hosts_of(lagging)
+    why = "; ".join(text for _, text, _ in reasons.given)
+    for i, (obs, text, lines) in enumerate(reasons.given):
+        message = (f"{busy} was {'' if reasons.strong else 'probably '}busy elsewhere while the others waited: "
+                   f"{why} - {summary}") if i == 0 else text
+        yield Clue(obs, message, events=lines + (seen.all if i == 0 else ()), cause=cause, ranks=ranks, hosts=hosts,
+                   fix=_rank0_fix(seen) if i == 0 else ())
+    if not reasons.strong:  # the other reading of the same lines, kept as the alternative
+        yield Clue("one-rank-or-stopped", f"alternative: {busy} had stopped issuing collectives (fewer batches than "
+                   "the others, a hang, a crash) instead of working alone - the timeout lines alone cannot tell the "
+                   "two apart", events=seen.all[:2], ranks=ranks)
 
 
-def _one_rank_clues(ctx: Context, seen: Seen) -> Clues:
-    clues = Clues()
+def _one_rank_reasons(view: LogView, seen: Seen) -> Reasons:
+    reasons = Reasons()
     latest: list[tuple[Event, str]] = []
     for name, label, cause in CONTEXT:
-        recent = _recent(ctx, name, seen)
+        recent = _recent(view, name, seen)
         if recent:
-            clues.reasons.append(f"{label} in the log ({recent[-1].message[:80]!r})")
-            clues.shown.append(recent[-1])
+            reasons.given.append(("one-rank-context", f"{label} in the log ({recent[-1].message[:80]!r})",
+                                  (recent[-1],)))
             latest.append((recent[-1], cause))
-    said = _recent(ctx, "rank0_context", seen)
-    if said and (said[-1].source, said[-1].line) in {(e.source, e.line) for e in clues.shown}:
-        clues.reasons[-1] += " - on rank 0 alone, it says"
+    said = _recent(view, "rank0_context", seen)
+    shown = {(e.source, e.line) for _, _, lines in reasons.given for e in lines}
+    if said and (said[-1].source, said[-1].line) in shown:
+        obs, text, lines = reasons.given[-1]
+        reasons.given[-1] = (obs, text + " - on rank 0 alone, it says", lines)
     elif said:
-        clues.reasons.append(f"the log says work runs on rank 0 alone ({said[-1].message[:80]!r})")
-        clues.shown.append(said[-1])
-    clues.strong = bool(latest or said)
-    clues.cause = max(latest, key=lambda ec: ec[0].order)[1] if latest else None
+        reasons.given.append(("one-rank-said", f"the log says work runs on rank 0 alone ({said[-1].message[:80]!r})",
+                              (said[-1],)))
+    reasons.strong = bool(latest or said)
+    reasons.cause = max(latest, key=lambda ec: ec[0].order)[1] if latest else None
     sync = _sync_point(seen)
-    clues.early = bool(sync and seen.seqs and max(seen.seqs.values()) <= EARLY_SEQ)
+    reasons.early = bool(sync and seen.seqs and max(seen.seqs.values()) <= EARLY_SEQ)
     if sync:
-        first = ", at one of the first collectives" if clues.early else ""
-        clues.reasons.append(f"rank(s) {compact(sorted(seen.timed_out))} timed out waiting in {sync} and rank 0 "
-                             f"did not report the timeout{first}")
+        first = ", at one of the first collectives" if reasons.early else ""
+        reasons.given.append(("one-rank-sync-point", f"rank(s) {compact(seen.timed_out)} timed out waiting in "
+                              f"{sync} and rank 0 did not report the timeout{first}", ()))
     if seen.store_waits and not seen.events:
-        clues.reasons.append("a TCPStore wait ran out after the full timeout")
-    progress = _recent(ctx, "progress_bar", seen)
-    if progress and clues.reasons:  # alone it is as likely the training loop's own bar
-        clues.reasons.append("a progress bar was running when the timeout hit")
-        clues.shown += progress[-1:]
-    return clues
+        reasons.given.append(("one-rank-store-wait", "a TCPStore wait ran out after the full timeout", ()))
+    progress = _recent(view, "progress_bar", seen)
+    if progress and reasons.given:  # alone it is as likely the training loop's own bar
+        reasons.given.append(("one-rank-progress", "a progress bar was running when the timeout hit",
+                              tuple(progress[-1:])))
+    return reasons
 
 
 def _sync_point(seen: Seen) -> str | None:
@@ -222,7 +203,7 @@ def _sync_kind(e: Event) -> str | None:
     return None
 
 
-def _recent(ctx: Context, hint: str, seen: Seen) -> list[Event]:
+def _recent(view: LogView, hint: str, seen: Seen) -> list[Event]:
     """Context lines that can be the work in progress when the timeout hit (not an earlier phase of the job)."""
     first_line: dict[str, int] = {}
     for e in seen.all:
@@ -236,20 +217,20 @@ def _recent(ctx: Context, hint: str, seen: Seen) -> list[Event]:
         ref = min((e.ts for e in stamped if e.ts_kind == h.ts_kind), default=None)  # type: ignore[type-var]
         return not (window and h.ts is not None and ref is not None and h.ts < ref - window)
 
-    return sorted((h for h in ctx.hint(hint) if fresh(h)), key=lambda e: e.order)
+    return sorted((h for h in view.hint(hint) if fresh(h)), key=lambda e: e.order)
 
 
-def _rank0_fix(seen: Seen) -> list[str]:
+def _rank0_fix(seen: Seen) -> tuple[str, ...]:
     if not seen.timeout_ms:
-        return []
-    return [f"The process-group timeout here is {seen.timeout_ms / 60000:g} min: measure how long the one-rank "
-            "work takes, then move it off the critical path or set the timeout above it."]
+        return ()
+    return (f"The process-group timeout here is {seen.timeout_ms / 60000:g} min: measure how long the one-rank "
+            "work takes, then move it off the critical path or set the timeout above it.",)
 
 
-def _timeout_fix(ctx: Context, seen: Seen) -> list[str]:
-    if len(seen.timed_out) <= 1 and len(ctx.col.procs) <= 1:
-        return ["Only one rank's log was given: collect every rank's log and rerun `nccl-doctor logs DIR`."]
-    return []
+def _timeout_fix(view: LogView, seen: Seen) -> tuple[str, ...]:
+    if len(seen.timed_out) <= 1 and len(view.col.procs) <= 1:
+        return ("Only one rank's log was given: collect every rank's log and rerun `nccl-doctor logs DIR`.",)
+    return ()
 
 
 # ---------------------------------------------------------------------------- summaries and lag
@@ -278,19 +259,19 @@ def _mismatched_at_same_seq(timeouts: list[Event]) -> tuple[set[int], str] | Non
         if len(ops) > 1:
             majority = max(ops, key=lambda op: len(ops[op]))
             guilty = {r for op, ranks in ops.items() if op != majority for r in ranks}
-            listing = ", ".join(f"{op} on ranks {compact(sorted(r))}" for op, r in sorted(ops.items()))
+            listing = ", ".join(f"{op} on ranks {compact(r)}" for op, r in sorted(ops.items()))
             return guilty, f"ranks timed out in different collectives at the same SeqNum {seq}: {listing}"
     return None
 
 
-def _lagging_ranks(ctx: Context, seen: Seen) -> tuple[set[int], str]:
+def _lagging_ranks(view: LogView, seen: Seen) -> tuple[set[int], str]:
     """Ranks that never reached the collective the others timed out in, with the reason we think so."""
     named: set[int] = set()
-    for e in ctx.col.global_facts.get("desync", []):
+    for e in view.col.global_facts.get("desync", []):
         named |= {int(x) for x in re.findall(r"\d+", e.caps.get("ranks", ""))}
     if named:
         return named, "PyTorch's desync report names it as the lagging rank"
-    fr_lag = _flight_recorder_lag(ctx)
+    fr_lag = _flight_recorder_lag(view)
     if fr_lag:
         return fr_lag
     seqs = seen.seqs
@@ -304,7 +285,7 @@ def _lagging_ranks(ctx: Context, seen: Seen) -> tuple[set[int], str]:
             listing = ", ".join(f"rank {r} at {s}" for r, s in sorted(seqs.items()) if r in behind)
             return behind, f"it is behind ({listing}; the others reached SeqNum {top})"
     status = {}
-    for proc in ctx.col.procs:
+    for proc in view.col.procs:
         for e in proc.facts.get("pg_status", []):
             enq = e.caps.get("enqueued") or e.caps.get("enqueued_old")
             if enq is not None and proc.ranks:
@@ -314,23 +295,23 @@ def _lagging_ranks(ctx: Context, seen: Seen) -> tuple[set[int], str]:
         behind = {r for r, enq in status.items() if enq < target}
         if behind:
             return behind, f"it never enqueued collective #{target}"
-    silent = {r for p in ctx.col.procs for r in p.ranks if p.last_line and r not in seen.timed_out}
-    if seen.timed_out and silent and _per_rank_logs(ctx):
+    silent = {r for p in view.col.procs for r in p.ranks if p.last_line and r not in seen.timed_out}
+    if seen.timed_out and silent and _per_rank_logs(view):
         return silent, "it left output but never reported the timeout, so it was not inside the collective"
-    colls = _coll_lag(ctx)
+    colls = _coll_lag(view)
     if colls:
         return colls
     return set(), ""
 
 
-def _per_rank_logs(ctx: Context) -> bool:
-    ranked = [p for p in ctx.col.procs if p.ranks]
+def _per_rank_logs(view: LogView) -> bool:
+    ranked = [p for p in view.col.procs if p.ranks]
     return len(ranked) > 1 and all(len(p.sources) == 1 for p in ranked) and \
         len({s for p in ranked for s in p.sources}) == len(ranked)
 
 
-def _flight_recorder_lag(ctx: Context) -> tuple[set[int], str] | None:
-    dumps = {min(p.ranks): p.fr for p in ctx.col.procs if p.fr is not None and p.ranks}
+def _flight_recorder_lag(view: LogView) -> tuple[set[int], str] | None:
+    dumps = {min(p.ranks): p.fr for p in view.col.procs if p.fr is not None and p.ranks}
     if len(dumps) < 2:
         return None
     last_seq: dict[int, int] = {}
@@ -345,9 +326,9 @@ def _flight_recorder_lag(ctx: Context) -> tuple[set[int], str] | None:
     return None
 
 
-def _coll_lag(ctx: Context) -> tuple[set[int], str] | None:
+def _coll_lag(view: LogView) -> tuple[set[int], str] | None:
     last = {}
-    for proc in ctx.col.procs:
+    for proc in view.col.procs:
         if proc.colls and proc.ranks:
             last[min(proc.ranks)] = max(c[0] for c in proc.colls)
     if len(last) < 2 or len(set(last.values())) < 2:

@@ -1,0 +1,95 @@
+"""Clues about what the ranks called: NCCL COLL calls and PyTorch's DETAIL fingerprints compared across ranks,
+and communicators created before each rank chose its GPU."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+
+from ...model import Evidence
+from ...ranges import compact
+from ..collect import Event, Proc
+from ..evidence import MAX_EVIDENCE, Clue, LogView, ranks_of
+from . import rule
+
+
+@rule("coll-calls-diverge")
+def rule_coll_calls(view: LogView) -> Iterator[Clue]:
+    """NCCL_DEBUG_SUBSYS=COLL: at the same opCount some processes issue a different collective."""
+    by_count: dict[tuple[int, int], dict[str, list[tuple[Proc, Event]]]] = defaultdict(lambda: defaultdict(list))
+    for proc in view.col.procs:
+        for opcount, op, _count, _comm, event in proc.colls:
+            by_count[(int(event.caps.get("nranks", 0)), opcount)][op].append((proc, event))
+    for (_nranks, opcount), ops in sorted(by_count.items(), key=lambda kv: kv[0][1]):
+        if len(ops) < 2:
+            continue
+        majority = max(ops, key=lambda op: len({id(p) for p, _ in ops[op]}))
+        minority = {id(p): (p, e) for op, items in ops.items() if op != majority for p, e in items}.values()
+        diverged = ", ".join(proc_name(p, e) for p, e in minority)
+        listing = "; ".join(f"{op} on {len({id(p) for p, _ in items})} process(es)" for op, items in sorted(ops.items()))
+        evidence = [Evidence(e.source, e.text, e.line) for op in sorted(ops) for _, e in ops[op][:2]]
+        yield Clue("coll-calls-diverge", f"at opCount {opcount:x} processes issue different collectives ({listing}): "
+                   f"{diverged} diverged", evidence=tuple(evidence[:MAX_EVIDENCE]),
+                   ranks=frozenset(r for p, _ in minority for r in p.ranks),
+                   hosts=frozenset(h for p, _ in minority for h in p.hosts),
+                   fix=(f"Make {diverged} issue the same collective sequence as the others (a rank-dependent branch "
+                        "or a different stream/communicator there).",))
+        return
+
+
+def proc_name(proc: Proc, event: Event) -> str:
+    if proc.ranks and proc.rank_inferred:
+        return (f"{event.host or '?'} pid {event.pid} (GPU {compact(proc.devs)}, likely rank "
+                f"{compact(proc.ranks)})")
+    if proc.ranks:
+        return "rank " + compact(proc.ranks)
+    dev = re.match(r"\S+:\d+:\d+ \[(\d+)\]", event.text)
+    host = event.host or (min(proc.hosts) if proc.hosts else "?")
+    return f"{host} pid {event.pid}" + (f" (GPU {dev.group(1)})" if dev else "")
+
+
+@rule("fingerprints-diverge")
+def rule_fingerprints(view: LogView) -> Iterator[Clue]:
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL fingerprints: once collectives failed, the rank whose last one differs."""
+    latest: dict[int, Event] = {}
+    for proc, e in view.facts("fingerprint"):
+        rank = e.rank if e.rank is not None else (min(proc.ranks) if len(proc.ranks) == 1 else None)
+        if rank is not None and (rank not in latest or e.order > latest[rank].order):
+            latest[rank] = e
+    failed = view.events_for("collective-mismatch") or view.events_for("collective-timeout")
+    if len(latest) < 2 or not failed:
+        return  # without a failure, fingerprints taken at different moments differ for no reason
+    groups: dict[tuple[str, ...], set[int]] = defaultdict(set)
+    for rank, e in latest.items():
+        groups[tuple(e.caps.get(k, "") for k in ("seq", "op", "shape", "dtype"))].add(rank)
+    if len(groups) < 2:
+        return
+    sizes = sorted((len(g) for g in groups.values()), reverse=True)
+    majority = max(groups.values(), key=len) if sizes[0] > sizes[1] else set()
+    diverged = set(latest) - majority
+    listing = "; ".join(f"ranks {compact(g)}: {fingerprint(latest[min(g)])}" for g in groups.values())
+    ordered = sorted(latest.values(), key=lambda e: e.order)
+    yield Clue("fingerprints-diverge",
+               (f"rank {compact(diverged)} ran a different collective than the others" if majority
+                else "ranks ran different collectives") + f" ({listing})",
+               evidence=tuple(Evidence(e.source, e.text, e.line) for e in ordered[:4]), ranks=frozenset(diverged))
+
+
+def fingerprint(e: Event) -> str:
+    caps = e.caps
+    return " ".join(filter(None, (caps.get("op"), f"#{caps['seq']}" if caps.get("seq") else "",
+                                  caps.get("shape"), caps.get("dtype"))))
+
+
+@rule("invalid-usage-before-set-device")
+def rule_invalid_usage(view: LogView) -> Iterator[Clue]:
+    """ncclInvalidUsage raised from a barrier or after PyTorch guessed the device: set_device came too late."""
+    usage = view.events_of("invalid-usage")
+    barrier, guess = view.hint("barrier"), view.hint("device_guess")
+    if usage and (barrier or guess):
+        yield Clue("invalid-usage-before-set-device",
+                   "ncclInvalidUsage while creating the communicator for "
+                   + ("a barrier" if barrier else "a collective on a guessed device")
+                   + ": ranks were bound to GPUs by rank number, not the GPUs the job selected",
+                   events=tuple((barrier + guess)[:2] + usage), ranks=ranks_of(usage))

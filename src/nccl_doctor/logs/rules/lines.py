@@ -1,0 +1,156 @@
+"""Clues from matched lines: each error signature seen, which error came first, known NCCL defects by
+version, and errors that no signature explains (the fallback).
+
+Known defects: some messages are what a range of NCCL releases prints by mistake (a signature's `fixed_in`).
+With an older NCCL in the logs the defect is strong evidence; with no version visible it is the weak
+alternative. Fallback: an NCCL WARN, a `file:line -> N` error chain or a distributed exception that no
+signature explains must not end in a silent "ok": it becomes a weak clue for the cause usual for the NCCL
+source file that warned, else for the propagated ncclResult code, else the generic one
+(catalog/signatures.toml [fallback]).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from ...catalog import cause as lookup_cause
+from ...model import Severity
+from ..collect import Event
+from ..evidence import Clue, LogView, clip, hosts_in, ranks_of, who
+from ..signatures import Fallback, fallback, signatures, version_tuple
+from . import rule
+
+RESULT_NAMES = {1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",
+                4: "ncclInvalidArgument", 5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress",
+                8: "ncclTimeout"}
+
+
+@rule(*[s.id for s in signatures() if s.is_error])
+def rule_signatures(view: LogView) -> Iterator[Clue]:
+    """Each error signature seen: its lines, on every rank that printed them."""
+    for sig_id, events in view.by_signature.items():
+        yield Clue(sig_id, describe(events), events=tuple(events),
+                   ranks=ranks_of(events) | named_ranks(events), hosts=hosts_in(events))
+
+
+def describe(events: list[Event]) -> str:
+    first = min(events, key=lambda e: e.order)
+    more = f" ({len(events)} lines)" if len(events) > 1 else ""
+    return f"{who(events)}{clip(first.message or first.text)}{more}"
+
+
+def named_ranks(events: list[Event]) -> frozenset[int]:
+    """Ranks a message itself names ('rank 1 and rank 0 both on CUDA device ...')."""
+    return frozenset(int(v) for e in events for k, v in e.caps.items() if k.startswith("rank_") and v.isdigit())
+
+
+@rule("first-error")
+def rule_first_error(view: LogView) -> Iterator[Clue]:
+    """The specific error that happened before every other one, where the logs order them (timestamps, or
+    lines of one file): the first failure is usually the root cause, the later ones its consequences."""
+    earliest: dict[str, Event] = {}
+    for e in view.events:
+        if e.sig.role != "root" or e.cause is None or lookup_cause(e.cause).symptom:
+            continue
+        if e.cause not in earliest or e.order < earliest[e.cause].order:
+            earliest[e.cause] = e
+    if len(earliest) < 2:
+        return
+    first = min(earliest.values(), key=lambda e: e.order)
+    if all(before(first, other) for other in earliest.values() if other is not first):
+        yield Clue("first-error", f"{who([first])}the first error in the logs: {clip(first.message)}",
+                   events=(first,), cause=first.cause)
+
+
+def before(a: Event, b: Event) -> bool:
+    """a certainly happened before b (same timestamp kind, or earlier in the same file)."""
+    if a.ts is not None and b.ts is not None and a.ts_kind == b.ts_kind:
+        return a.ts < b.ts
+    return a.source == b.source and a.line < b.line
+
+
+@rule("fixed-in-later-release", "maybe-fixed-in-later-release", "fixed-release-still-fails")
+def rule_known_bugs(view: LogView) -> Iterator[Clue]:
+    """Messages of a known NCCL defect, judged by the NCCL version the logs show."""
+    versions = sorted({version_tuple(v) for v in view.versions()})
+    shown = ", ".join(map(dotted, versions))
+    for sig_id, events in view.by_signature.items():
+        sig = events[0].sig
+        if not sig.fixed_in:
+            continue
+        fixed = dotted(sig.fixed_in)
+        older = [v for v in versions if v < sig.fixed_in]
+        common = dict(events=tuple(events[:3]), ranks=ranks_of(events), hosts=hosts_in(events))
+        if older:
+            yield Clue("fixed-in-later-release", f"NCCL {shown} is older than {fixed}, which fixed the defect "
+                       f"behind this message: {describe(events)}", cause="nccl-known-bug",
+                       explains=frozenset({sig.cause}) if sig.cause else frozenset(),
+                       fix=(f"Upgrade NCCL to {fixed} or newer.",), **common)
+        elif not versions:
+            yield Clue("maybe-fixed-in-later-release", f"NCCL releases before {fixed} print this even when the "
+                       "setup is right (a known defect); the logs do not show the NCCL version",
+                       cause="nccl-known-bug",
+                       fix=(f"Check the NCCL version (`NCCL_DEBUG=VERSION`); below {fixed}, upgrade first.",),
+                       **common)
+        elif sig.cause == "nccl-known-bug":
+            yield Clue("fixed-release-still-fails", f"NCCL {shown} already has the {fixed} fix: this GPU or "
+                       "setup needs a newer release still", cause="nccl-known-bug",
+                       fix=("Upgrade to the newest NCCL release.",), **common)
+
+
+def dotted(version: tuple[int, ...]) -> str:
+    return ".".join(map(str, version))
+
+
+@rule("unrecognised-error")
+def rule_fallback(view: LogView) -> Iterator[Clue]:
+    """An NCCL WARN, error chain or distributed exception that no signature explains: a weak best guess."""
+    warns = [e for e in view.hint("nccl_warn") if e.caps.get("file") or e.caps.get("nccl")]  # not any "WARN"
+    recognised = any(e.sig.role in ("root", "generic", "timeout") for e in view.events)
+    # Error chains and exceptions are the consequence of some error: unexplained only when none was recognised.
+    dist = [] if recognised else view.hint("dist_error")
+    chain = [] if recognised else [e for e in view.hint("nccl_backtrace") if e.caps.get("rc", "0") != "0"]
+    if not (warns or dist or chain):
+        return
+    cause, why = best_guess(fallback(), warns, chain, dist)
+    failed = bool(dist or (warns and chain))
+    first = (warns or dist or chain)[0]
+    title = lookup_cause(cause).title.rstrip(".")
+    events = warns[:3] + chain[:2] + dist[:3]
+    yield Clue("unrecognised-error", f"fallback, no known signature matched: {clip(first.message, 140)!r} "
+               f"({why}). Usual cause of that: {title}", events=tuple(events), cause=cause,
+               ranks=ranks_of(events), severity=Severity.ERROR if failed else Severity.WARNING,
+               fix=("Search the NCCL and PyTorch issue trackers for the exact line shown; rerun with "
+                    "`NCCL_DEBUG=INFO` and give `nccl-doctor logs` every rank's output for a firmer diagnosis.",))
+
+
+def best_guess(fb: Fallback, warns: list[Event], chain: list[Event], dist: list[Event]) -> tuple[str, str]:
+    """The cause for the source file that warned, else for the propagated ncclResult, else the generic one."""
+    for w in warns:
+        path = w.caps.get("file") or ""
+        cause = fb.cause_for_source(path) if path else None
+        if cause:
+            return cause, f"an NCCL WARN from {path}"
+    codes = Counter(int(e.caps["rc"]) for e in chain if e.caps.get("rc", "").isdigit())
+    for code, _ in codes.most_common():
+        if code in fb.by_result:
+            return fb.by_result[code], f"{RESULT_NAMES.get(code, 'ncclResult')} (-> {code}) propagated up the stack"
+    if dist and not warns and all("ncclCommWatchdog" in e.text for e in dist):
+        return fb.watchdog, "the NCCL watchdog aborted the process"
+    return fb.generic, "nothing more specific in the log"
+
+
+@rule("efa-context", "graph-file-set")
+def rule_context(view: LogView) -> Iterator[Clue]:
+    """Context that confirms what a signature suggests: EFA in use behind a fork-unsafe crash; NCCL_GRAPH_FILE or
+    NCCL_TOPO_FILE set behind a topology error."""
+    efa = view.hint("efa")
+    if efa and view.events_for("efa-fork-unsafe"):
+        yield Clue("efa-context", f"the job runs over EFA ({clip(efa[0].message, 80)!r})", events=tuple(efa[:1]))
+    graph = view.hint("graph_file")
+    if graph and view.events_for("nccl-graph-file"):
+        names = " and ".join(sorted({e.caps["var"] for e in graph}))
+        yield Clue("graph-file-set", f"{names} is set: NCCL reads the topology from a file instead of the machine",
+                   events=tuple(graph[:2]),
+                   fix=(f"Unset {names} (check /etc/nccl.conf and ~/.nccl.conf too).",))

@@ -1,0 +1,77 @@
+"""Clues from what software each rank ran: NCCL versions and network plugins compared across ranks and hosts."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+from ...model import Evidence
+from ...ranges import compact
+from ..evidence import MAX_EVIDENCE, Clue, LogView, hosts_in, ranks_of
+from ..signatures import version_tuple
+from . import rule
+
+
+@rule("versions-differ", "obsolete-nccl")
+def rule_versions(view: LogView) -> Iterator[Clue]:
+    """Different NCCL versions across hosts or ranks; an NCCL 1.x release."""
+    seen: dict[str, list] = defaultdict(list)
+    for proc, e in view.facts("nccl_version"):
+        seen[e.caps["version"]].append((proc, e))
+    if len(seen) > 1:
+        per_version = "; ".join(f"{v} on {where(view, group)}" for v, group in sorted(seen.items()))
+        evidence = [Evidence(e.source, e.text, e.line) for group in seen.values() for _, e in group[:2]]
+        yield Clue("versions-differ", f"different NCCL versions in one job: {per_version}",
+                   evidence=tuple(evidence[:MAX_EVIDENCE]),
+                   hosts=frozenset(h for g in seen.values() for p, e in g for h in ([e.host] if e.host else p.hosts)),
+                   fix=(f"Install the same NCCL on every host (versions seen: {', '.join(sorted(seen))}).",))
+        return
+    oldest = min(seen, key=version_tuple, default=None)
+    if oldest and version_tuple(oldest) < (2,) and view.failed:
+        e = seen[oldest][0][1]
+        yield Clue("obsolete-nccl", f"NCCL {oldest} is in use: releases before 2.0 do not support current GPUs, "
+                   "drivers and usage", evidence=(Evidence(e.source, e.text, e.line),))
+
+
+def where(view: LogView, group: list) -> str:
+    hosts = sorted({e.host for _, e in group if e.host} | {h for p, _ in group for h in p.hosts})
+    if hosts:
+        return ",".join(hosts[:4]) + (" ..." if len(hosts) > 4 else "")
+    ranks = sorted({r for p, _ in group for r in p.ranks})
+    return ("ranks " + compact(ranks)) if ranks else ",".join(sorted({e.source for _, e in group}))
+
+
+@rule("family0-with-ifname-set")
+def rule_address_family(view: LogView) -> Iterator[Clue]:
+    """'family N is neither AF_INET' with NCCL_SOCKET_IFNAME set: the named interface is missing somewhere."""
+    family = view.events_of("family-not-inet")
+    settings = view.facts("socket_ifname")
+    values = sorted({e.caps["value"] for _, e in settings}
+                    | {p.env["NCCL_SOCKET_IFNAME"] for p in view.col.procs if p.env.get("NCCL_SOCKET_IFNAME")})
+    if family and values:
+        yield Clue("family0-with-ifname-set",
+                   f"NCCL_SOCKET_IFNAME={','.join(values)} is set and NCCL then connected to an uninitialised "
+                   f"address ('{family[0].caps.get('family', '?')}' is no address family): the named interface "
+                   "does not exist on some host",
+                   events=tuple(family), evidence=tuple(Evidence(e.source, e.text, e.line) for _, e in settings[:2]),
+                   ranks=ranks_of(family), hosts=hosts_in(family),
+                   fix=(f"Check that an interface matching NCCL_SOCKET_IFNAME={','.join(values)} exists on every "
+                        "host (`ip -br addr`); correct or unset it.",))
+
+
+@rule("net-plugin-differs")
+def rule_net_plugins(view: LogView) -> Iterator[Clue]:
+    """Hosts that load different NCCL network plugins (or none): their transports cannot talk to each other."""
+    by_host: dict[str, set[str]] = defaultdict(set)
+    evidence: dict[str, Evidence] = {}
+    for proc, e in view.facts("net_plugin"):
+        host = view.host_of(proc, e)
+        plugin = e.caps.get("plugin", "internal").strip()
+        by_host[host].add(plugin)
+        evidence.setdefault(host, Evidence(e.source, e.text, e.line))
+    if len(by_host) > 1 and len({frozenset(v) for v in by_host.values()}) > 1:
+        listing = "; ".join(f"{h}: {', '.join(sorted(v))}" for h, v in sorted(by_host.items()))
+        yield Clue("net-plugin-differs", f"hosts load different NCCL network plugins ({listing})",
+                   evidence=tuple(evidence.values())[:MAX_EVIDENCE], hosts=frozenset(by_host),
+                   fix=("Install the same NCCL network plugin (libnccl-net.so, e.g. HPC-X's or aws-ofi-nccl) on "
+                        "every host, or none; check NCCL_NET_PLUGIN and LD_LIBRARY_PATH per host.",))

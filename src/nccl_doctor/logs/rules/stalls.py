@@ -1,0 +1,119 @@
+"""Clues about jobs that stalled without an error: NCCL set up and then silence, ACS on the PCI bridges, and
+stack dumps (py-spy, gdb) of hung processes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from ...model import Evidence, Severity
+from ..evidence import Clue, LogView, as_evidence, clip
+from . import rule
+
+QUIET_AFTER_SETUP = 40  # lines after NCCL's last setup line that still fit "nothing happened after init"
+# GPU models without NVLink between boards: peer-to-peer goes over PCIe, where ACS/IOMMU break it.
+PCIE_ONLY_GPU = re.compile(r"GeForce|TITAN|Quadro|RTX A\d000|RTX \d000 Ada|RTX PRO|\bL4\b|\bL40S?\b|\bA10G?\b|\bT4\b|"
+                           r"Instinct MI\d+|Radeon")
+LAUNCH_FRAMES = re.compile(r"ncclLaunchKernel|ncclStrongStreamLaunch|LaunchKernelBefore|cudaLaunchKernel|"
+                           r"cuLaunchKernel|ncclLaunchPrepare|hostStreamPlanTask")
+
+
+def ended(view: LogView) -> bool:
+    """The log shows the job finishing or failing rather than stalling."""
+    return bool(view.facts("comm_end") or view.facts("coll_done") or view.hint("error_line")
+                or view.hint("dist_error") or view.failed)
+
+
+@rule("silent-after-init", "silent-after-init-complete", "stalled-at-zero-progress", "pcie-only-gpus")
+def rule_hang_after_init(view: LogView) -> Iterator[Clue]:
+    """NCCL set up on several GPUs of one host, then nothing: the classic peer-to-peer (ACS/IOMMU) hang. Weak
+    evidence (a log can also just be cut short): it grows when init visibly completed, when a progress bar
+    sits at 0, and on boards whose GPUs talk over PCIe only."""
+    if ended(view) or view.multi_host() or view.events:
+        return
+    procs = view.col.procs
+    started = any(p.init_phases or p.facts.get("nccl_version") or p.facts.get("bootstrap") for p in procs)
+    hosts_ranks = view.facts("rank_host")
+    if not started or (view.world_size() or len(hosts_ranks)) < 2 or output_after_setup(view):
+        return
+    gpus = sorted({e.caps["gpu"] for _, e in hosts_ranks if e.caps.get("gpu")})
+    count = max(view.world_size() or 0, len({e.caps["rank"] for _, e in hosts_ranks}))
+    transports = sorted({t for p in procs for t in p.transports})
+    completed = any("COMPLETE" in ph for p in procs for ph in p.init_phases.values())
+    warn = Severity.WARNING
+    yield Clue("silent-after-init",
+               "NCCL " + ("communicators initialised" if completed else "started initialising") + " on "
+               + (f"{count}x {gpus[0]}" if len(gpus) == 1 else f"{count} GPUs") + " of one host and the log then "
+               "shows no progress, no result and no error"
+               + (f"; intra-node transports: {', '.join(transports)}" if transports else "")
+               + ". A hang right after init between local GPUs is the signature of PCIe ACS/IOMMU breaking "
+               "peer-to-peer (if the log was merely cut short, ignore this)",
+               events=tuple(e for _, e in hosts_ranks[:2]), severity=warn,
+               fix=("Test quickly: rerun with `NCCL_P2P_DISABLE=1`; if it then works, disable ACS/IOMMU (BIOS, kernel "
+                    "`intel_iommu=off` / `amd_iommu=off` or `iommu=pt`, or `setpci` per the NCCL troubleshooting "
+                    "guide).",))
+    if completed:
+        yield Clue("silent-after-init-complete", "every communicator reported Init COMPLETE before the silence",
+                   severity=warn)
+    stuck = [ln for ln in (p.last_line for p in procs) if ln and re.search(r"\b0%\||\s0/\d+", ln[2])]
+    if stuck:
+        yield Clue("stalled-at-zero-progress", f"the last line is a progress bar at 0: {clip(stuck[0][2], 80)!r}",
+                   evidence=tuple(Evidence(s, t, n) for s, n, t in stuck[:1]), severity=warn)
+    pcie = [g for g in gpus if PCIE_ONLY_GPU.search(g)]
+    if pcie:
+        yield Clue("pcie-only-gpus", f"{pcie[0]} boards reach each other over PCIe, where ACS/IOMMU settings decide "
+                   "whether peer-to-peer works", severity=warn)
+
+
+def output_after_setup(view: LogView) -> bool:
+    """Did the job print much after NCCL's last setup line (training went on, so no hang right after init)?"""
+    last: dict[str, int] = {}
+    for proc in view.col.procs:
+        for events in proc.facts.values():
+            for e in events:
+                last[e.source] = max(last.get(e.source, 0), e.line)
+    return any(view.col.source_lines.get(src, 0) - line > QUIET_AFTER_SETUP for src, line in last.items())
+
+
+@rule("acs-enabled", "acs-enabled-with-p2p")
+def rule_acs_enabled(view: LogView) -> Iterator[Clue]:
+    """`lspci -vvv` in the log shows ACS enabled on PCI bridges: peer-to-peer between local GPUs goes through
+    the root complex, where it hangs or fails. Strongest with P2P channels set up."""
+    acs = view.hint("acs_enabled")
+    if not acs:
+        return
+    p2p = sorted({t for p in view.col.procs for t in p.transports if t.startswith("P2P")})
+    seen = (f"lspci shows ACS enabled on {len(acs)} PCI bridge(s) ({clip(acs[0].message.strip(), 70)!r})"
+            + (f" and NCCL set up {', '.join(p2p)} channels between local GPUs" if p2p else ""))
+    yield Clue("acs-enabled-with-p2p" if p2p else "acs-enabled",
+               f"{seen}. ACS redirects GPU peer-to-peer traffic through the root complex, where it is slow or lost",
+               evidence=as_evidence(acs[:2]), severity=Severity.WARNING,
+               fix=("Disable ACS on the bridges (`setpci` per the NCCL troubleshooting guide, or the BIOS) or the "
+                    "IOMMU; to confirm first, rerun with `NCCL_P2P_DISABLE=1`.",))
+
+
+@rule("hung-in-nccl-launch", "hung-in-collective-call")
+def rule_hung_stacks(view: LogView) -> Iterator[Clue]:
+    """Stack dumps (py-spy dump, gdb) of a process that hangs without an error: frames spinning in NCCL's kernel
+    launch are a known class of NCCL deadlocks (CUDA graphs, CUDA_LAUNCH_BLOCKING); a Python stack waiting in a
+    collective means this rank is in a collective its peers never entered."""
+    if view.failed or view.events_of("segfault"):
+        return
+    nccl = view.hint("nccl_stack")
+    launch = [e for e in nccl if LAUNCH_FRAMES.search(e.text)]
+    if launch:
+        yield Clue("hung-in-nccl-launch", f"a stack dump of the hung process sits in NCCL's kernel launch "
+                   f"({clip(launch[0].message.strip(), 80)!r}): NCCL waits on work it has not enqueued yet - a known "
+                   "deadlock of some NCCL releases with CUDA graphs or CUDA_LAUNCH_BLOCKING=1",
+                   events=tuple(launch[:3]), severity=Severity.WARNING,
+                   fix=("Unset CUDA_LAUNCH_BLOCKING, try the newest NCCL release, and if CUDA graphs capture NCCL "
+                        "calls, run them eagerly (or with NCCL_GRAPH_MIXING_SUPPORT=0) to confirm.",))
+        return
+    python = view.hint("python_collective_frame")
+    if python:
+        yield Clue("hung-in-collective-call", f"a stack of the hung process waits in "
+                   f"{clip(python[-1].message.strip(), 90)!r}: this rank entered a collective that some peers never "
+                   "entered (they took another branch, or stopped earlier)", events=tuple(python[-2:]),
+                   severity=Severity.WARNING,
+                   fix=("Dump every rank's stack (`py-spy dump --pid PID` on each) and compare where they wait: the "
+                        "rank(s) not in the same call diverged.",))
