@@ -6,7 +6,7 @@ import jsonschema
 import pytest
 
 from nccl_doctor.catalog import categories, causes
-from nccl_doctor.docs import causes_markdown
+from nccl_doctor.docs import generated
 from nccl_doctor.model import Evidence, Finding, Report, Severity
 from nccl_doctor.render import render_json
 
@@ -37,8 +37,9 @@ def test_every_category_has_causes_and_every_cause_is_complete():
         assert all(step.strip() for step in c.fix)
 
 
-def test_causes_doc_is_current():
-    assert (ROOT / "docs/causes.md").read_text() == causes_markdown(), "run `python -m nccl_doctor.docs`"
+def test_generated_files_are_current():
+    for path, text in generated(ROOT / "docs").items():
+        assert path.read_text(encoding="utf-8") == text, f"{path} is stale: run `python -m nccl_doctor.docs`"
 
 
 def test_unknown_cause_is_a_programming_error():

@@ -1,4 +1,5 @@
-"""Generates docs/causes.md from the catalog: `python -m nccl_doctor.docs [--check]`."""
+"""Generates what is derived from the catalog: docs/causes.md and the meaning columns of the template tables
+(catalog/templates/*.tsv, from catalog/template_causes.toml). `python -m nccl_doctor.docs [--check]`."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import sys
 from pathlib import Path
 
 from .catalog import categories, causes
+from .logs.templates import TABLES, render_table
+
+CATALOG = Path(__file__).resolve().parent / "catalog"
 
 
 def causes_markdown() -> str:
@@ -28,16 +32,25 @@ def causes_markdown() -> str:
     return "\n".join(lines)
 
 
+def generated(docs: Path) -> dict[Path, str]:
+    """Every generated file and the text it must hold."""
+    out = {docs / "causes.md": causes_markdown()}
+    for table in TABLES:
+        out[CATALOG / "templates" / f"{table}.tsv"] = render_table(table)
+    return out
+
+
 def main(argv: list[str]) -> int:
-    target = Path(argv[argv.index("--out") + 1]) if "--out" in argv else Path("docs/causes.md")
-    text = causes_markdown()
+    docs = Path(argv[argv.index("--docs") + 1]) if "--docs" in argv else Path("docs")
+    stale = [p for p, text in generated(docs).items() if not p.exists() or p.read_text(encoding="utf-8") != text]
     if "--check" in argv:
-        if not target.exists() or target.read_text(encoding="utf-8") != text:
-            print(f"{target} is stale: run `python -m nccl_doctor.docs`", file=sys.stderr)
-            return 1
-        return 0
-    target.write_text(text, encoding="utf-8")
-    print(f"wrote {target} ({len(causes())} causes)")
+        for path in stale:
+            print(f"{path} is stale: run `python -m nccl_doctor.docs`", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in generated(docs).items():
+        if path in stale:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path}")
     return 0
 
 

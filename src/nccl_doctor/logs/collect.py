@@ -292,9 +292,12 @@ class Collector:
                 matched.append((sig, caps))
         if not matched:
             return
-        # Every reading of the line is kept (a template and the OS error text in it both count): weighing
-        # combines them. Hints marked `unclaimed` only stand for lines nothing else recognised.
-        if any(s.role != "hint" for s, _ in matched):  # recognised: not one of the lines nobody explains
+        # A written signature that knows the line (a fact or a specific error) overrides the generated templates;
+        # the other readings are all kept for the weighing. Hints marked `unclaimed` only stand for lines nothing
+        # else recognised.
+        if any(not s.prefilter and not s.addon and s.role != "hint" for s, _ in matched):
+            matched = [(s, c) for s, c in matched if not s.prefilter]
+        if any(not s.unclaimed for s, _ in matched):  # recognised: not one of the lines nobody explains
             matched = [(s, c) for s, c in matched if not s.unclaimed]
         key = self._identify(source, file_rank, info)
         order = (self.source_index, line_no)

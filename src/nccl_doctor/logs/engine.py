@@ -72,8 +72,11 @@ class HyperscanEngine:
 
         self._hs = hyperscan
         self.db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        expressions = [hyperscan_expression(s.pattern).encode() for s in sigs]
-        flags = [hyperscan.HS_FLAG_MULTILINE for _ in sigs]
+        # Source templates are looked for by their literal (hyperscan compiles thousands of `.*` patterns slowly
+        # and the Python regex re-checks every hit anyway); written signatures keep their full pattern.
+        expressions = [re.escape(s.literals[0]).encode() if s.prefilter else hyperscan_expression(s.pattern).encode()
+                       for s in sigs]
+        flags = [hyperscan.HS_FLAG_CASELESS if s.prefilter else hyperscan.HS_FLAG_MULTILINE for s in sigs]
         self.db.compile(expressions=expressions, ids=[s.index for s in sigs], elements=len(sigs), flags=flags)
         self.scratch = hyperscan.Scratch(self.db)
 

@@ -7,9 +7,10 @@ needs POSIX classes. A required literal per signature feeds the portable pre-fil
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +23,11 @@ except ImportError:  # pragma: no cover - Python 3.10
 
 from ..catalog import cause as lookup_cause
 from ..catalog import load_toml
+from .templates import example as template_example
+from .templates import literal as template_literal
+from .templates import stored_meanings
+from .templates import pattern as template_pattern
+from .templates import templates
 
 ROLES = ("root", "generic", "echo", "timeout", "fact", "hint")
 ERROR_ROLES = ("root", "generic", "echo", "timeout")
@@ -45,7 +51,13 @@ class Signature:
     unclaimed: bool = False  # hints: kept only for lines no fact/error signature claims
     fixed_in: tuple[int, ...] | None = None  # NCCL release that fixed the defect this message reveals
     note: str = ""
-    regex: re.Pattern[str] = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    prefilter: bool = False  # engines may look for its literal only (source templates): the regex decides
+    addon: bool = False  # reads part of a line (an OS error text); does not replace the templates' readings
+
+    @cached_property
+    def regex(self) -> re.Pattern[str]:
+        """Compiled on first use: of thousands of signatures a log meets a few."""
+        return re.compile(self.pattern)
 
     @property
     def is_error(self) -> bool:
@@ -295,12 +307,36 @@ def signatures() -> tuple[Signature, ...]:
             literals=_literals(row, pattern),
             caseless=pattern.startswith("(?i)"),
             scope=row.get("scope", "all"),
-            unclaimed=bool(row.get("unclaimed", False)),
+            unclaimed=bool(row.get("unclaimed", False)), addon=bool(row.get("addon", False)),
             fixed_in=version_tuple(row["fixed_in"]) if row.get("fixed_in") else None,
             note=row.get("note", ""),
-            regex=re.compile(pattern),
         ))
-    return tuple(table)
+    return tuple(table) + template_signatures(len(table))
+
+
+def template_signatures(start: int) -> tuple[Signature, ...]:
+    """One signature per source template (logs/templates.py), after the written ones."""
+    out: list[Signature] = []
+    seen: set[str] = set()
+    meanings = stored_meanings()
+    for tpl in templates():
+        meaning, regex = meanings[tpl], template_pattern(tpl)
+        if not meaning.role:
+            meaning = None
+        if meaning is None or regex is None:
+            continue  # unclaimed (a test forbids it) or too little fixed text to recognise
+        sig_id = f"{tpl.project}:{hashlib.sha1(tpl.text.encode()).hexdigest()[:10]}"
+        if sig_id in seen:
+            continue
+        seen.add(sig_id)
+        ranked = sorted(meaning.causes.items(), key=lambda cs: -cs[1])
+        cause, strength = ranked[0] if ranked else (None, 0.0)
+        out.append(Signature(
+            index=start + len(out), id=sig_id, role=meaning.role, pattern=regex, example=template_example(tpl),
+            cause=cause, hint="benign_warn" if meaning.benign else None, strength=strength, also=tuple(ranked[1:]),
+            literals=(template_literal(tpl),), caseless=True, prefilter=True, note=tpl.provenance + (
+                f" - not a failure: {meaning.benign}" if meaning.benign else "")))
+    return tuple(out)
 
 
 def version_tuple(text: str) -> tuple[int, ...]:

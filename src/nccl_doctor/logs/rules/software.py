@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -41,6 +42,14 @@ def where(view: LogView, group: list) -> str:
     return ("ranks " + compact(ranks)) if ranks else ",".join(sorted({e.source for _, e in group}))
 
 
+def plugin_name(caps: dict[str, str]) -> str:
+    """'internal' when NCCL found no plugin, else the plugin's name or path."""
+    if caps.get("plugin_path"):
+        return caps["plugin_path"].split(":", 1)[-1].strip()
+    plugin = caps.get("plugin", "").strip()
+    return "internal" if not plugin or re.search(r"No plugin|Could not find|internal", plugin) else plugin
+
+
 @rule("family0-with-ifname-set")
 def rule_address_family(view: LogView) -> Iterator[Clue]:
     """'family N is neither AF_INET' with NCCL_SOCKET_IFNAME set: the named interface is missing somewhere."""
@@ -66,7 +75,7 @@ def rule_net_plugins(view: LogView) -> Iterator[Clue]:
     evidence: dict[str, Evidence] = {}
     for proc, e in view.facts("net_plugin"):
         host = view.host_of(proc, e)
-        plugin = e.caps.get("plugin", "internal").strip()
+        plugin = plugin_name(e.caps)
         by_host[host].add(plugin)
         evidence.setdefault(host, Evidence(e.source, e.text, e.line))
     if len(by_host) > 1 and len({frozenset(v) for v in by_host.values()}) > 1:

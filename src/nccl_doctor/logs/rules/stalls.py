@@ -32,7 +32,8 @@ def rule_hang_after_init(view: LogView) -> Iterator[Clue]:
     if ended(view) or view.multi_host() or view.events:
         return
     procs = view.col.procs
-    started = any(p.init_phases or p.facts.get("nccl_version") or p.facts.get("bootstrap") for p in procs)
+    started = any(p.init_phases or p.facts.get("nccl_version") or p.facts.get("bootstrap")
+                  or p.facts.get("tests_header") for p in procs)
     hosts_ranks = view.facts("rank_host")
     if not started or (view.world_size() or len(hosts_ranks)) < 2 or output_after_setup(view):
         return

@@ -28,7 +28,7 @@ from ..collect import Event
 from ..evidence import Clue, LogView, who
 from . import rule
 
-TIMEOUT_SIGS = ("watchdog-timeout", "blocking-wait-timeout", "gloo-timeout", "nonblocking-init-timeout",
+TIMEOUT_SIGS = ("watchdog-timeout", "watchdog-timeout-detail", "blocking-wait-timeout", "gloo-timeout", "nonblocking-init-timeout",
                 "watchdog-timeout-stack")
 # Context hints: what the one-rank work was (the latest one seen names the sub-cause).
 CONTEXT = (("checkpoint", "checkpoint save/load", "checkpoint-io"),
@@ -337,3 +337,15 @@ def _coll_lag(view: LogView) -> tuple[set[int], str] | None:
     behind = {r for r, v in last.items() if v < top}
     return behind, "its NCCL COLL calls stop at an earlier opCount than the others'"
 
+
+
+@rule("waited-in-main-process-first")
+def rule_waited_for_main_process(view: LogView) -> Iterator[Clue]:
+    """Tracebacks that enter Hugging Face's `main_process_first()`: the ranks that raised there waited in its
+    barrier while the main process preprocessed the data alone (on the way out, the main process itself)."""
+    entered = {(e.source, e.line) for e in view.hint("context_enter")}
+    waiting = [e for e in view.hint("main_process_first") if (e.source, e.line + 1) in entered]
+    if waiting:
+        yield Clue("waited-in-main-process-first", "ranks raised while waiting in `main_process_first()`'s barrier "
+                   f"({waiting[0].message.strip()[:80]!r}): the main process was preprocessing alone",
+                   events=tuple(waiting[:2]), cause="rank0-preprocessing")

@@ -1,0 +1,209 @@
+"""Signatures derived from the sources: every error and warning template of NCCL, RCCL, aws-ofi-nccl, Gloo and
+PyTorch c10d, and the CUDA/HIP error strings, each with where it comes from and the releases that print it.
+
+The tables (catalog/templates/*.tsv) are facts extracted from the projects' sources release by release;
+catalog/template_causes.toml says what each template means. A template becomes a regex: printf placeholders
+turn into what they print, runs of spaces stretch, case is ignored (wordings changed case between releases).
+Templates with little fixed text only match where NCCL prints a message: after `WARN ` or at the start of a
+line (PyTorch's `Last error:` puts it there).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from ..catalog import cause as lookup_cause
+from ..catalog import load_toml, read_text
+
+TABLES = ("nccl", "rccl", "aws_ofi_nccl", "gloo", "pytorch", "cuda")
+SPECIFIC = 20  # letters and digits of fixed text a template needs to match anywhere in a line
+MIN_FIXED = 8  # below this a template is too vague to recognise at all
+SHORT_CONTEXT = r"(?:\bWARN\s+(?:\S+ )?|^\W{0,4}|\]:\s*|Last error:\s*)"
+# Where a CUDA/HIP error string is printed: NCCL's 'Cuda failure', PyTorch's 'CUDA error:', the enum names.
+CUDA_CONTEXT = (r"(?:(?:cuda|hip) (?:failure|error)\b[^'\n]{0,60}'|CUDA error:?\s*(?:\d+\s*)?|HIP error:?\s*|hipError\w*\W+|"
+                r"cudaError\w*\W+|CUDA_ERROR_\w+\W+|error \d+ ')")
+_PRINTF = re.compile(r"%(?P<flags>[-+ #0]*)(?P<width>\d+|\*)?(?:\.(?P<prec>\d+|\*))?(?P<len>hh|h|ll|l|L|z|j|t|q)?"
+                     r"(?P<conv>[diouxXeEfgGcspnm%])")
+
+
+@dataclass(frozen=True)
+class Template:
+    """One message template of a project's sources."""
+
+    project: str
+    file: str
+    function: str
+    level: str
+    text: str
+    first: str
+    last: str
+
+    @property
+    def provenance(self) -> str:
+        where = self.file.split(";")[0]
+        func = self.function.split(";")[0]
+        span = self.first if self.first == self.last else f"{self.first} .. {self.last}"
+        return f"{self.project} {where}{f' {func}()' if func else ''}, {span}"
+
+
+@dataclass(frozen=True)
+class Meaning:
+    """What catalog/template_causes.toml says about a template."""
+
+    rule: int  # index of the rule that claimed it
+    causes: dict[str, float]
+    role: str  # root, generic, echo; "hint" for benign templates
+    benign: str = ""
+
+
+SOURCE_COLUMNS = ("project", "file", "function", "level", "template", "first_version", "last_version")
+MEANING_COLUMNS = ("role", "causes", "benign")  # generated from template_causes.toml by `--update`
+
+
+@cache
+def templates() -> tuple[Template, ...]:
+    return tuple(t for t, _ in _rows())
+
+
+@cache
+def _rows() -> tuple[tuple[Template, dict[str, str]], ...]:
+    rows: list[tuple[Template, dict[str, str]]] = []
+    for table in TABLES:
+        for row in csv.DictReader(io.StringIO(read_text(f"templates/{table}.tsv")), delimiter="\t",
+                                  quoting=csv.QUOTE_NONE):
+            rows.append((Template(row["project"], row["file"], row["function"], row["level"], row["template"],
+                                  row["first_version"], row["last_version"]), row))
+    return tuple(rows)
+
+
+def stored_meanings() -> dict[Template, Meaning]:
+    """The meaning columns as the tables hold them (what the signatures use)."""
+    out = {}
+    for template, row in _rows():
+        causes = dict((c, float(v)) for c, v in (kv.split("=") for kv in row.get("causes", "").split()))
+        out[template] = Meaning(-1, causes, row.get("role", ""), row.get("benign", ""))
+    return out
+
+
+@cache
+def rules() -> tuple[dict[str, Any], ...]:
+    table = load_toml("template_causes.toml")["rule"]
+    for i, rule in enumerate(table):
+        if ("causes" in rule) == ("benign" in rule):
+            raise ValueError(f"template rule {i}: give either causes or benign")
+        for cause in rule.get("causes", {}):
+            lookup_cause(cause)
+        for key in ("match", "project", "file", "function"):
+            if key in rule:
+                rule[f"_{key}"] = re.compile(rule[key])
+    return tuple(table)
+
+
+def meaning(template: Template) -> Meaning | None:
+    """The first rule that claims the template (None: no rule does, which a test forbids)."""
+    for i, rule in enumerate(rules()):
+        if not rule["_match"].search(template.text):
+            continue
+        if any(f"_{k}" in rule and not rule[f"_{k}"].search(getattr(template, k)) for k in ("project", "file",
+                                                                                            "function")):
+            continue
+        if "benign" in rule:
+            return Meaning(i, {}, "hint", rule["benign"])
+        causes = {c: float(s) for c, s in rule["causes"].items()}
+        role = rule.get("role") or ("root" if max(causes.values()) >= 0.6 else "generic")
+        return Meaning(i, causes, role)
+    return None
+
+
+def fixed_text(text: str) -> str:
+    """The letters and digits a template always prints."""
+    return re.sub(r"[^A-Za-z0-9]", "", _PRINTF.sub("", text))
+
+
+def pattern(template: Template) -> str | None:
+    """The regex for a template's lines, or None when it prints too little fixed text to be recognised."""
+    fixed = fixed_text(template.text)
+    if len(fixed) < MIN_FIXED and template.project != "cuda":
+        return None
+    body = printf_regex(template.text)
+    if template.project == "cuda":
+        return "(?i)" + CUDA_CONTEXT + body
+    if len(fixed) < SPECIFIC:
+        return "(?i)" + SHORT_CONTEXT + body
+    return "(?i)" + body
+
+
+def literal(template: Template) -> str:
+    """The longest run of fixed text without spaces (lower case): every line of the template contains it."""
+    fixed = _PRINTF.sub("\0", template.text).split("\0")
+    words = [w for part in fixed for w in re.split(r"\s+|\\n", part) if w]
+    return max(words, key=len).lower() if words else ""
+
+
+def printf_regex(text: str) -> str:
+    """A printf format as the regex of what it prints."""
+    out: list[str] = []
+    pos = 0
+    for m in _PRINTF.finditer(text):
+        out.append(_literal(text[pos:m.start()]))
+        out.append(_conversion(m))
+        pos = m.end()
+    out.append(_literal(text[pos:]))
+    regex = "".join(out)
+    while regex.endswith(r".*?"):  # a trailing string placeholder matches the rest of the line
+        regex = regex[:-3]
+    return regex.strip() or r"\S"
+
+
+def example(template: Template) -> str:
+    """A line the template prints (placeholders filled in), for the self-check of its regex."""
+    fill = {"d": "3", "i": "3", "u": "3", "o": "7", "x": "1f", "X": "1F", "p": "0x7f3a", "c": "x", "e": "1.5",
+            "E": "1.5", "f": "1.5", "g": "1.5", "G": "1.5", "s": "mlx5_0", "m": "Connection refused", "n": ""}
+    line = _PRINTF.sub(lambda m: "%" if m.group("conv") == "%" else fill[m.group("conv")], template.text)
+    line = line.replace("\\n", " ")
+    if template.project == "cuda":
+        return f"NCCL WARN Cuda failure '{line}'"
+    return f"host-1:123:456 [0] {template.file.split(';')[0]}:42 NCCL WARN {line}"
+
+
+def _literal(text: str) -> str:
+    parts = re.split(r"(\s+|\\n)", text)
+    return "".join(r"\s+" if part.strip() == "" or part == "\\n" else re.escape(part) for part in parts if part)
+
+
+def _conversion(m: re.Match[str]) -> str:
+    conv = m.group("conv")
+    if conv == "%":
+        return "%"
+    if conv in "diu":
+        return r"-?\d+"
+    if conv in "oxX":
+        return r"(?:0x)?[0-9a-fA-F]+"
+    if conv == "p":
+        return r"(?:0x[0-9a-fA-F]+|\(nil\)|[0-9a-fA-F]+)"
+    if conv in "eEfgG":
+        return r"(?:[-+]?[0-9.]+(?:[eE][-+]?\d+)?|[-+]?inf|nan)"
+    if conv == "c":
+        return "."
+    return ".*?"  # %s, %m: any text (lazily, so the literal that follows anchors it)
+
+
+def render_table(table: str) -> str:
+    """A template table with its meaning columns computed from the rules (what `--update` writes)."""
+    lines = ["\t".join(SOURCE_COLUMNS + MEANING_COLUMNS)]
+    for template, row in _rows():
+        if not row["project"] or table != TABLE_OF.get(row["project"], row["project"]).replace("-", "_"):
+            continue
+        m = meaning(template)
+        causes = " ".join(f"{c}={v:g}" for c, v in m.causes.items()) if m else ""
+        lines.append("\t".join([row[c] for c in SOURCE_COLUMNS] + [m.role if m else "", causes, m.benign if m else ""]))
+    return "\n".join(lines) + "\n"
+
+
+TABLE_OF = {"aws-ofi-nccl": "aws_ofi_nccl"}
+TABLES_DIR = "templates"  # under catalog/
