@@ -37,6 +37,9 @@ AMBIGUOUS = {
                                                    "attributes, or the NCCL < 2.8 defect that printed the same",
     "025-pytorch141069-iterabledataset-uneven-lengths": "ranks 1-3 wait in a one-element all-reduce, rank 0 is "
                                                         "silent: busy alone, or out of batches",
+    "nccl-928-ib-error4-acs": "IB completion error 4 behind PCIe ACS: this thread's label is p2p_peer_access, two "
+                              "others with the same evidence (NVIDIA/nccl#523, shared 024) say infiniband_roce; the "
+                              "primary is gdr-blocked (infiniband_roce), p2p-acs-iommu the alternative",
 }
 HELDOUT2 = _cases(FIXTURES / "heldout2")
 # Logs whose text holds no evidence of the true cause: the primary must be the category the text supports.

@@ -88,3 +88,19 @@ def cause(cause_id: str) -> Cause:
         return causes()[cause_id]
     except KeyError:
         raise KeyError(f"unknown cause id {cause_id!r}") from None
+
+
+@cache
+def xids() -> dict[int, dict[str, Any]]:
+    """NVIDIA Xid codes: meaning, severity for NCCL, and the cause they point at (hardware.toml)."""
+    return {row["code"]: row for row in load_toml("hardware.toml")["xid"]}
+
+
+@cache
+def workarounds() -> tuple[dict[str, Any], ...]:
+    """Settings users report as fixing a failure, and the causes they point at (workarounds.toml)."""
+    rows = load_toml("workarounds.toml")["workaround"]
+    for row in rows:
+        for cause_id in row["causes"]:
+            cause(cause_id)
+    return tuple(rows)

@@ -36,12 +36,13 @@ class Clue:
     hosts: frozenset[str] = frozenset()
     fix: tuple[str, ...] = ()
     cause: str | None = None  # for observations that let the rule pick among their causes
+    strength: float | None = None  # with `cause`: a strength the rule read from a catalog table
     explains: frozenset[str] = frozenset()  # causes this clue accounts for, beyond the catalog's relations
     severity: Severity | None = None  # None: the observation's
 
     def meaning(self) -> dict[str, float]:
         """The causes this clue argues for, with their strengths."""
-        return observation(self.observation).meaning(self.cause)
+        return observation(self.observation).meaning(self.cause, self.strength)
 
     def first(self) -> Event | None:
         return min(self.events, key=lambda e: e.order) if self.events else None
@@ -69,12 +70,12 @@ class Observation:
     def witness(self) -> str:
         return self.family or self.id
 
-    def meaning(self, picked: str | None) -> dict[str, float]:
+    def meaning(self, picked: str | None, strength: float | None = None) -> dict[str, float]:
         if not self.pick:
             return dict(self.causes)
         if picked not in self.causes:
             raise ValueError(f"observation {self.id}: cause {picked!r} is not one of {sorted(self.causes)}")
-        return {picked: self.causes[picked]}
+        return {picked: self.causes[picked] if strength is None else strength}
 
 
 @cache
