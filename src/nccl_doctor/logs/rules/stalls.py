@@ -32,19 +32,23 @@ def rule_hang_after_init(view: LogView) -> Iterator[Clue]:
     if ended(view) or view.multi_host() or view.events:
         return
     procs = view.col.procs
-    started = any(p.init_phases or p.facts.get("nccl_version") or p.facts.get("bootstrap")
+    started = any(p.init_phases or p.transports or p.facts.get("nccl_version") or p.facts.get("bootstrap")
                   or p.facts.get("tests_header") for p in procs)
     hosts_ranks = view.facts("rank_host")
-    if not started or (view.world_size() or len(hosts_ranks)) < 2 or output_after_setup(view):
+    if not started or output_after_setup(view):
         return
     gpus = sorted({e.caps["gpu"] for _, e in hosts_ranks if e.caps.get("gpu")})
-    count = max(view.world_size() or 0, len({e.caps["rank"] for _, e in hosts_ranks}))
+    processes = {pid for p in procs for pid in p.pids}
+    count = max(view.world_size() or 0, len({e.caps["rank"] for _, e in hosts_ranks}), len(processes),
+                len({d for p in procs for d in p.devs}))
+    if count < 2 and not view.hint("hang_reported"):
+        return  # one process's setup lines alone: a log cut short as likely as a hang
     transports = sorted({t for p in procs for t in p.transports})
     completed = any("COMPLETE" in ph for p in procs for ph in p.init_phases.values())
     warn = Severity.WARNING
     yield Clue("silent-after-init",
                "NCCL " + ("communicators initialised" if completed else "started initialising") + " on "
-               + (f"{count}x {gpus[0]}" if len(gpus) == 1 else f"{count} GPUs") + " of one host and the log then "
+               + (f"{count}x {gpus[0]}" if len(gpus) == 1 else f"{max(count, 1)} GPU(s)") + " of one host and the log then "
                "shows no progress, no result and no error"
                + (f"; intra-node transports: {', '.join(transports)}" if transports else "")
                + ". A hang right after init between local GPUs is the signature of PCIe ACS/IOMMU breaking "
@@ -118,3 +122,16 @@ def rule_hung_stacks(view: LogView) -> Iterator[Clue]:
                    severity=Severity.WARNING,
                    fix=("Dump every rank's stack (`py-spy dump --pid PID` on each) and compare where they wait: the "
                         "rank(s) not in the same call diverged.",))
+
+
+@rule("p2p-test-hangs")
+def rule_p2p_test_hang(view: LogView) -> Iterator[Clue]:
+    """CUDA's peer-to-peer samples (p2pBandwidthLatencyTest, simpleP2P) reported hanging: GPU peer-to-peer on the
+    host is broken, with no NCCL involved."""
+    tests, hang = view.hint("p2p_test"), view.hint("hang_reported")
+    if tests and hang:
+        yield Clue("p2p-test-hangs", f"a CUDA peer-to-peer test ({clip(tests[0].message.strip(), 60)!r}) hangs "
+                   f"({clip(hang[0].message.strip(), 80)!r}): peer-to-peer between the GPUs fails below NCCL",
+                   events=tuple(tests[:1] + hang[:1]),
+                   fix=("Disable the IOMMU or set it to passthrough (`iommu=pt`, `intel_iommu=off` / `amd_iommu=off`) "
+                        "and ACS on the PCIe bridges, then rerun the sample; `NCCL_P2P_DISABLE=1` works around it.",))
