@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from ...model import Evidence
 from ...ranges import compact
+from ..collect import Event
 from ..evidence import MAX_EVIDENCE, Clue, LogView, hosts_in, ranks_of
 from ..signatures import version_tuple
 from . import rule
@@ -84,3 +85,22 @@ def rule_net_plugins(view: LogView) -> Iterator[Clue]:
                    evidence=tuple(evidence.values())[:MAX_EVIDENCE], hosts=frozenset(by_host),
                    fix=("Install the same NCCL network plugin (libnccl-net.so, e.g. HPC-X's or aws-ofi-nccl) on "
                         "every host, or none; check NCCL_NET_PLUGIN and LD_LIBRARY_PATH per host.",))
+
+
+@rule("nccl-libraries-differ")
+def rule_nccl_libraries(view: LogView) -> Iterator[Clue]:
+    """The log lists NCCL libraries, packages or wheels of different versions (or CUDA builds) on one system:
+    which one a process loads depends on the search path."""
+    seen: dict[str, Event] = {}
+    for _, e in view.facts("nccl_library"):
+        caps = e.caps
+        name = (f"{caps['wheel']} {caps['wheel_version']}" if caps.get("wheel")
+                else f"{caps.get('version') or caps.get('pkg_version')}" + (f"+cuda{caps['cuda']}" if caps.get("cuda") else ""))
+        seen.setdefault(name, e)
+    versions = {n.split("+")[0].split()[-1] for n in seen}
+    builds = {n.split()[0] for n in seen if n.startswith("cu")}
+    if len(versions) > 1 or len(builds) > 1:
+        yield Clue("nccl-libraries-differ", f"the log lists NCCL builds of different versions: {', '.join(sorted(seen))}",
+                   events=tuple(seen.values())[:4],
+                   fix=("Keep one NCCL: remove the other packages or wheels (`pip list | grep -i nccl`, `rpm -qa | grep -i "
+                        "nccl`, `ldconfig -p | grep nccl`) and check which one the job loads (`NCCL_DEBUG=VERSION`).",))

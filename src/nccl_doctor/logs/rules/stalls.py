@@ -135,3 +135,18 @@ def rule_p2p_test_hang(view: LogView) -> Iterator[Clue]:
                    events=tuple(tests[:1] + hang[:1]),
                    fix=("Disable the IOMMU or set it to passthrough (`iommu=pt`, `intel_iommu=off` / `amd_iommu=off`) "
                         "and ACS on the PCIe bridges, then rerun the sample; `NCCL_P2P_DISABLE=1` works around it.",))
+
+
+@rule("ended-while-preprocessing")
+def rule_ended_preprocessing(view: LogView) -> Iterator[Clue]:
+    """A log with no error whose last lines are dataset preprocessing (tokenising, map, index building): in a
+    distributed job the other ranks wait meanwhile, and a long run outlasts the process-group timeout."""
+    if view.events or ended(view):
+        return
+    work = view.hint("preprocessing")
+    last = [p.last_line for p in view.col.procs if p.last_line]
+    if work and last and any(ln[0] == work[-1].source and ln[1] - work[-1].line <= 3 for ln in last):
+        yield Clue("ended-while-preprocessing", f"the log ends while preprocessing data ({clip(work[-1].message.strip(), 90)!r});"
+                   " other ranks wait in the next collective meanwhile", events=(work[-1],), severity=Severity.WARNING,
+                   fix=("Preprocess before launching the distributed job, or raise the process-group timeout above "
+                        "the preprocessing time.",))
