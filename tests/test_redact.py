@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from nccl_doctor.probe.environment import REDACTED, redact, relevant, relevant_env, secret_name
+from nccl_doctor.probe.environment import relevant, relevant_env
+from nccl_doctor.redact import REDACTED, redact, secret_name
 
 SECRET_NAMES = [
     "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",

@@ -14,6 +14,7 @@ import click
 from . import __version__
 from .model import InputError
 from .commands import COMMANDS
+from .render.literal import shown
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
@@ -30,7 +31,7 @@ for command in COMMANDS:
 
 
 def fail(message: str, code: int) -> int:
-    click.echo(f"nccl-doctor: {message}", err=True)
+    click.echo(f"nccl-doctor: {shown(message)}", err=True)
     return code
 
 

@@ -97,10 +97,10 @@ class Progress:
             return
         style = {"passed": "green", "failed": "bold red", "skipped": "yellow"}[outcome.status]
         timing = f" {outcome.seconds:.1f} s" if outcome.status != "skipped" else ""
-        from rich.markup import escape
+        from ..render.literal import markup
 
         self.console.print(f"[{index}/{self.total}] {title:<34} [{style}]{outcome.status}[/{style}]{timing}"
-                           f"  [dim]{escape(outcome.detail)}[/dim]")
+                           f"  [dim]{markup(outcome.detail)}[/dim]")
 
 
 @dataclass(frozen=True)
