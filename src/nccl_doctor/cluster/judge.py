@@ -86,7 +86,7 @@ class Progress:
         if out is not None:
             from rich.console import Console
 
-            self.console = Console(file=out, highlight=False, soft_wrap=True)
+            self.console = Console(file=out, highlight=False, emoji=False, soft_wrap=True)
 
     def start(self, index: int, title: str) -> None:
         if self.console and self.console.is_terminal:

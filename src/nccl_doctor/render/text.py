@@ -19,7 +19,8 @@ def confidence_word(confidence: float) -> str:
 
 
 def console_for(out: TextIO) -> Console:
-    return Console(file=out, highlight=False, soft_wrap=False, width=None if out.isatty() else 120)
+    """The one console every command prints with: no guessing (highlighting, :emoji: codes) in what it prints."""
+    return Console(file=out, highlight=False, emoji=False, soft_wrap=False, width=None if out.isatty() else 120)
 
 
 def render_finding(console: Console, finding: Finding, number: str, indent: str = "") -> None:
