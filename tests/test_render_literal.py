@@ -41,7 +41,7 @@ PAYLOAD = st.lists(st.sampled_from(HOSTILE) | st.text(st.characters(codec="utf-8
                                                                     "\x1d\x1e\x85\u2028\u2029 \t"), max_size=6),
                    min_size=1, max_size=6).map("".join).filter(lambda p: len(literal.visible(p)) <= 90)
 NAME = PAYLOAD.map(lambda p: p.replace("/", "_")).filter(lambda p: 0 < len(p.encode()) <= 120)
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                           HealthCheck.function_scoped_fixture])
 TIMEOUT_LINE = ("[rank0]:[E ProcessGroupNCCL.cpp:1316] [Rank 0] Watchdog caught collective operation timeout: "
                 "WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600003 "

@@ -24,9 +24,10 @@ from ..redact import redact_text
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
                      "\ufeff\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f]")
 # What Markdown (CommonMark and GitHub's extensions) could read as syntax mid-line: emphasis, code, links and
-# images, HTML and entities, tables, math, emoji and autolinks (`http:`, `www.`, mail); a backslash makes each
-# one literal. (Line-start syntax, # - + 1., never applies: what we write puts these strings mid-line.)
-MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>&|~!$:@#]|(?<=www)\.)", re.IGNORECASE)
+# images, HTML and entities, tables, math, mentions; and the colon or dot that would start an autolink
+# (`http://`, `www.`) or an :emoji: code. A backslash makes each one literal. (Line-start syntax, # - + 1.,
+# never applies: what we write puts these strings mid-line.)
+MARKDOWN_SPECIAL = re.compile(r"[\\`*_\[\]<>&|~!$@#]|:(?=//|[\w+-]+:)|(?<=www)\.", re.IGNORECASE)
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
 
 
@@ -64,12 +65,12 @@ def md(value: Any) -> str:
     """Inline Markdown on one line: every special character escaped, except `code spans`, kept as code
     (their content is literal in Markdown, and the fixes we write use them for commands)."""
     parts = CODE_SPAN.split(_one_line(value))  # even indices: prose, odd: the inside of a code span
-    return "".join(f"`{part}`" if i % 2 else MARKDOWN_SPECIAL.sub(r"\\\1", part) for i, part in enumerate(parts))
+    return "".join(f"`{part}`" if i % 2 else _md_escape(part) for i, part in enumerate(parts))
 
 
 def md_cell(value: Any) -> str:
     """A table cell (or any prose) on one line with every special character escaped; never empty."""
-    return MARKDOWN_SPECIAL.sub(r"\\\1", _one_line(value)) or " "
+    return _md_escape(_one_line(value)) or " "
 
 
 def md_code(lines: list[str]) -> list[str]:
@@ -85,6 +86,10 @@ def md_code(lines: list[str]) -> list[str]:
 def html(value: Any) -> str:
     """Text content or an attribute value of HTML."""
     return _html.escape(shown(value), quote=True)
+
+
+def _md_escape(text: str) -> str:
+    return MARKDOWN_SPECIAL.sub(lambda m: "\\" + m.group(0), text)
 
 
 def _one_line(value: Any) -> str:
