@@ -39,7 +39,7 @@ PROSE_NAMES = frozenset({"KEY", "KEYS"})
 
 PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----[\s\S]*?"
                          r"(?:-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|$)")
-TOKEN_SHAPES = [re.compile(p) for p in (
+TOKEN_SHAPES = re.compile("|".join((
     r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b",  # AWS access key ids
     r"\bhf_[A-Za-z0-9]{30,}\b",  # Hugging Face
     r"\bgh[pousr]_[A-Za-z0-9]{30,}\b", r"\bgithub_pat_[A-Za-z0-9_]{30,}\b",  # GitHub
@@ -48,7 +48,7 @@ TOKEN_SHAPES = [re.compile(p) for p in (
     r"\bxox[abposre]-[A-Za-z0-9-]{10,}\b", r"\bxapp-[A-Za-z0-9-]{10,}\b",  # Slack tokens
     r"\bAIza[0-9A-Za-z_-]{35}\b",  # Google API keys
     r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\b",  # JWT
-)]
+)))
 URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
 SLACK_WEBHOOK = re.compile(r"(?P<keep>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_-]+")
 AUTHORIZATION = re.compile(r"(?i)(?P<keep>\b(?:proxy-)?authorization\s*[:=]\s*(?:(?:bearer|basic|token|digest|"
@@ -61,6 +61,7 @@ ASSIGNMENT = re.compile(r"(?P<keep>(?<![\w.-])(?P<name>[A-Za-z_][\w.-]*)=)(?P<va
 STRONG_NAME = r"[\w.-]*(?:password|passwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key)[\w.-]*"
 QUOTED = re.compile(rf"(?i)(?P<keep>[\"'](?P<name>{STRONG_NAME})[\"']\s*:\s*[\"'])(?P<value>[^\"']+)")
 COLON = re.compile(rf"(?i)(?P<keep>(?<![\w.-])(?P<name>{STRONG_NAME})\s*:\s*)(?P<value>[^\s\"',;]+)")
+LONG_RUN = re.compile(r"[^\s,;:/@=&?'\"()\[\]{}<>]{32}|[A-Za-z0-9/+]{32}")
 TOKEN_SPLIT = re.compile(r"[\s,;:/@=&?'\"()\[\]{}<>]+")
 BASE64_TOKEN = re.compile(r"(?<![A-Za-z0-9/+])[A-Za-z0-9][A-Za-z0-9/+]{31,}={0,2}(?![A-Za-z0-9/+=])")
 UUID = re.compile(r"(?:GPU-|MIG-)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
@@ -94,10 +95,11 @@ def redact_text(text: str) -> str:
     text = SLACK_WEBHOOK.sub(lambda m: m["keep"] + REDACTED, text)
     text = AUTHORIZATION.sub(lambda m: m["keep"] + REDACTED, text)
     text = BEARER.sub(lambda m: m["keep"] + REDACTED, text)
-    for pattern in TOKEN_SHAPES:
-        text = pattern.sub(REDACTED, text)
+    text = TOKEN_SHAPES.sub(REDACTED, text)
     for pattern in (ARGUMENT, ASSIGNMENT, QUOTED, COLON):
         text = pattern.sub(_named_value, text)
+    if not LONG_RUN.search(text):  # nothing long enough to be a random key: most strings stop here
+        return text
     tokens = set(TOKEN_SPLIT.split(text)) | {m.group(0) for m in BASE64_TOKEN.finditer(text)}
     for token in sorted(tokens, key=len, reverse=True):
         if _random_looking(token):
