@@ -146,21 +146,42 @@ def test_rank_that_cannot_reach_the_store_says_why():
     assert "connection refused" in first["message"]
 
 
-def test_stalled_rank_under_torchrun_and_ctrl_c_reaps_everything():
-    """Ctrl-C (SIGINT to the --local parent) while a rank stalls: every child is reaped, the port freed."""
-    tag, port = uuid.uuid4().hex, free_port()
+def _stalled_local_check(tag: str, port: int) -> subprocess.Popen:
+    """check --local 2 whose rank 1 stalls for good, once the parent and both ranks are up."""
     env = {**os.environ, "NCCL_DOCTOR_TEST_TAG": tag, "NCCL_DOCTOR_FAULT": "stall:rank=1:stage=collectives"}
-    proc = subprocess.Popen([sys.executable, "-m", "nccl_doctor", "check", "--local", "2", "--timeout", "60",
+    proc = subprocess.Popen([sys.executable, "-m", "nccl_doctor", "check", "--local", "2", "--timeout", "120",
                              "--master-port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     deadline = time.monotonic() + 40
     while len(leftovers(tag)) < 3 and time.monotonic() < deadline:  # parent and both ranks are up
         time.sleep(0.2)
     time.sleep(2)
-    proc.send_signal(signal.SIGINT)
+    return proc
+
+
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_stalled_rank_and_ctrl_c_or_sigterm_reap_everything(sig, code, word):
+    """Ctrl-C or SIGTERM to the --local parent while a rank stalls: every child is reaped, the port freed."""
+    tag, port = uuid.uuid4().hex, free_port()
+    proc = _stalled_local_check(tag, port)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130 and "Traceback" not in err
+    assert proc.returncode == code and f"nccl-doctor: {word}" in err and "Traceback" not in err, err
     assert leftovers(tag) == [] and port_is_free(port)
+
+
+def test_ranks_end_themselves_when_the_local_parent_is_killed():
+    """SIGKILL leaves the parent no chance to reap: each rank sees its lifeline pipe close and ends itself, long
+    before its own deadlines (120 s) would have ended it. bench/ is where the seconds are measured, not here."""
+    tag, port = uuid.uuid4().hex, free_port()
+    proc = _stalled_local_check(tag, port)
+    assert len(leftovers(tag)) == 3
+    proc.kill()
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 60
+    while leftovers(tag) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftovers(tag) == []
 
 
 def test_check_under_torchrun_names_a_dead_rank():

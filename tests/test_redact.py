@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from nccl_doctor.probe.environment import REDACTED, redact, relevant, relevant_env, secret_name
+from nccl_doctor.probe.environment import relevant, relevant_env
+from nccl_doctor.redact import REDACTED, redact, redact_text, secret_name
 
 SECRET_NAMES = [
     "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
@@ -105,3 +106,98 @@ def test_no_known_nccl_or_torch_variable_is_taken_for_a_secret():
     from nccl_doctor.catalog.env_vars import env_vars
 
     assert [name for name in env_vars() if secret_name(name)] == []
+
+
+# ------------------------------------------------------------------ free text: every command's output
+
+# (where the secret sits, the secret's part that must never be printed)
+FAKE_SECRETS = [
+    ("pulling https://trainer:hunter2-Pass@registry.example.com/v2/ failed", "hunter2-Pass"),
+    ("mlflow: postgres://admin:s3cr3tPw@db.internal:5432/runs", "s3cr3tPw"),
+    ("curl -H 'Authorization: Bearer abcDEF123456ghiJKL789' https://api.example.com", "abcDEF123456ghiJKL789"),
+    ("request headers: Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA"),
+    ("proxy said Bearer eyJhbGciOiJub25lIn0.fake.token-xyz", "eyJhbGciOiJub25lIn0"),
+    ("train.py --lr 3e-4 --password hunter2hunter2 --epochs 3", "hunter2hunter2"),
+    ("launch --hf-token=qwertyuiop12345 --model llama", "qwertyuiop12345"),
+    ("launch --api_key zxcvbnm0987 --dry-run", "zxcvbnm0987"),
+    ("git clone https://ghp_1234567890abcdefghijABCDEFGHIJ123456@github.com/o/r", "1234567890abcdefghijABCDEFGHIJ"),
+    ("token github_pat_11ABCDEFG0abcdefghijkl_mnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUV in use",
+     "abcdefghijkl_mnopqrstuvwxyz"),
+    ("slack notify with xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx", "AbCdEfGhIjKlMnOpQrStUvWx"),
+    ("posting to https://hooks.slack.com/services/T0000FAKE/B0000FAKE/FakeWebhookSecret123", "FakeWebhookSecret123"),
+    ("HF_TOKEN=hf_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789 huggingface-cli login", "aBcDeFgHiJkLmNoPqRsTuVwXyZ"),
+    ("wandb: WANDB_API_KEY=0123456789abcdef0123456789abcdef01234567", "0123456789abcdef0123456789"),
+    ("boto3 creds AKIAIOSFODNN7EXAMPLE / wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "K7MDENG"),
+    ('config {"password": "pa55-word", "user": "me"}', "pa55-word"),
+    ("secret_token: mytok3n-value retrying", "mytok3n-value"),
+    ("-----BEGIN OPENSSH PRIVATE KEY----- b3BlbnNzaC1rZXktdjEAAAAAtzc2gtZWQyNTUxOQAAACBvZmFrZQ -----END OPENSSH "
+     "PRIVATE KEY-----", "b3BlbnNzaC1rZXktdjEAAAAAtzc2gtZWQyNTUxOQ"),
+]
+KEY_LINES = ["-----BEGIN RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gunVTLw7onLRnrq0",
+             "Pz9Kq3vYx7LmN2wQeR5tUi8oPa1sDf4gHj6kLz0xCv3bNm9QwErTy7uIo2pAs5dFg8hJk1lZx4cVb6nM0qWe3rTy", "-----END RSA PRIVATE KEY-----"]
+NOT_SECRETS = ["connect to 10.1.0.11:29500 failed", "--nproc-per-node 8 --nnodes 2", "NCCL_SOCKET_IFNAME=eth0",
+               "KEY=VALUE line", "wait for key default_pg/0/cuda", "https://github.com/NVIDIA/nccl/issues/1234",
+               "git version: 1.2.3", "--max-steps 100", "Timeout(ms)=600000"]
+
+
+@pytest.mark.parametrize("text, secret", FAKE_SECRETS)
+def test_free_text_secrets_are_redacted(text, secret):
+    shown = redact_text(text)
+    assert secret not in shown and REDACTED in shown, shown
+    assert redact_text(shown) == shown  # idempotent: renderers may meet a string twice
+
+
+@pytest.mark.parametrize("text", NOT_SECRETS)
+def test_free_text_without_secrets_is_untouched(text):
+    assert redact_text(text) == text
+
+
+def test_url_credentials_keep_scheme_host_and_path():
+    assert redact_text("https://u:p4ss@host.example:8443/a/b?c=1") == "https://<redacted>@host.example:8443/a/b?c=1"
+
+
+def _no_secret_in(output: str) -> None:
+    for _, secret in FAKE_SECRETS:
+        assert secret not in output, secret
+    for line in KEY_LINES[1:3]:
+        assert line[10:40] not in output
+
+
+def test_no_command_output_of_logs_prints_a_secret(cli, tmp_path):
+    """Every secret in evidence, unrecognised lines and each rank's last line: text, JSON, Markdown and HTML."""
+    from nccl_doctor.logs import diagnose_paths
+    from nccl_doctor.render.html import render_html
+
+    timeout = ("[rank0]:[E ProcessGroupNCCL.cpp:1316] [Rank 0] Watchdog caught collective operation timeout: "
+               "WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600003 "
+               "milliseconds before timing out. {}")
+    found = tmp_path / "found"
+    found.mkdir()
+    (found / "rank0.log").write_text("\n".join(timeout.format(text) for text, _ in FAKE_SECRETS) + "\n")
+    unknown = tmp_path / "unknown"
+    unknown.mkdir()
+    (unknown / "rank1.log").write_text("".join(f"[rank1]: RuntimeError: {text}\n" for text, _ in FAKE_SECRETS)
+                                       + "".join(f"[rank1]: {line}\n" for line in KEY_LINES[:3]))
+    for folder in (found, unknown):
+        for form in ([], ["--json"], ["--markdown"]):
+            done = cli("logs", *form, str(folder))
+            assert done.returncode in (0, 1), done.stderr
+            _no_secret_in(done.stdout + done.stderr)
+        _no_secret_in(render_html(diagnose_paths([str(folder)])))
+    assert "<redacted>" in cli("logs", str(unknown)).stdout
+
+
+def test_no_output_of_env_and_lint_prints_a_secret(cli, tmp_path):
+    env = {"NCCL_DEBUG_FILE": "https://trainer:hunter2-Pass@registry.example.com/v2/",
+           "NCCL_SOCKET_IFNAME": "--password hunter2hunter2", "TORCH_EXTENSIONS_DIR": "/tmp/ghp_1234567890abcdefghij"
+           "ABCDEFGHIJ123456", "MASTER_ADDR": "Authorization: Bearer abcDEF123456ghiJKL789",
+           "NCCL_IB_HCA": "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"}
+    for args in (["env"], ["env", "--json"], ["lint"], ["lint", "--json"]):
+        done = cli(*args, env=env, timeout=120)
+        assert done.returncode in (0, 1), done.stderr
+        _no_secret_in(done.stdout + done.stderr)
+    env_file = tmp_path / "job.env"
+    env_file.write_text("".join(f"NCCL_X{i}={text}\n" for i, (text, _) in enumerate(FAKE_SECRETS)))
+    for args in (["lint", "--env-file", str(env_file)], ["lint", "--json", "--env-file", str(env_file)]):
+        done = cli(*args, timeout=120)
+        _no_secret_in(done.stdout + done.stderr)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from nccl_doctor.runtime.detect import Detector, arrival_lags
+from nccl_doctor.runtime.detect import MAX_COMPARED, Detector, arrival_lags
+from nccl_doctor.runtime.heartbeat import cpu_times
 from nccl_doctor.runtime.settings import Settings, phase_rule
 
 SETTINGS = Settings.defaults().with_(hang_after=3.0, stale_after=6.0, beat=0.5)
@@ -113,8 +117,8 @@ def test_timeout_advice_from_the_largest_gap():
 @hsettings(max_examples=60, deadline=None)
 def test_arrival_lags_recover_a_constant_delay(delay, period, late, count):
     lags, times = arrival_lags({r: arrivals(100, count, period, delay=delay if r == late else 0.0) for r in range(5)})
-    assert len(times) == count - 1
-    assert len(lags[late]) == count - 1
+    assert len(times) == min(count - 1, MAX_COMPARED)  # the most recent collectives every rank reached
+    assert len(lags[late]) == len(times)
     assert all(abs(lag - delay) < 1e-6 for lag in lags[late])
     assert all(abs(lag) < 1e-6 for r in range(5) if r != late for lag in lags[r])
 
@@ -152,3 +156,51 @@ def test_settings_follow_a_small_hang_after_and_reject_unknown_names():
 def test_phase_names_map_to_causes(name, cause):
     rule = phase_rule(name)
     assert (rule["cause"] if rule else None) == cause
+
+
+def timed_arrivals(start_seq: int, count: int, period: float, delay: float, ran: float, waited: float) -> list:
+    """Arrivals with the training thread's CPU time and CPU wait so far (both growing per collective)."""
+    return [[start_seq + i, 1000.0 + i * period + delay, 10.0 + i * ran, 5.0 + i * waited] for i in range(count)]
+
+
+def test_a_rank_late_because_it_waited_for_a_cpu_is_not_a_straggler():
+    """Oversubscribed host: rank 2 got the same CPU time per step but waited 0.3 s longer for it each time."""
+    d = Detector(SETTINGS, 4)
+    make = lambda i: {r: beat(r, i, seq=30 + i, step=10 + i, step_time=1.0, arrivals=timed_arrivals(  # noqa: E731
+        i, 30, 1.0, 0.3 if r == 2 else 0.0, ran=0.5, waited=0.8 if r == 2 else 0.5)) for r in range(4)}
+    assert run_polls(d, make, 6) == []
+
+
+def test_a_rank_late_with_more_work_is_a_straggler_even_on_a_busy_host():
+    """Rank 2 needs more CPU and so also waits more for it, in the same proportion as the others: its work."""
+    d = Detector(SETTINGS, 4)
+    make = lambda i: {r: beat(r, i, seq=30 + i, step=10 + i, step_time=1.0, arrivals=timed_arrivals(  # noqa: E731
+        i, 30, 1.0, 0.3 if r == 2 else 0.0, ran=0.65 if r == 2 else 0.5, waited=0.65 if r == 2 else 0.5))
+        for r in range(4)}
+    found = run_polls(d, make, 6)
+    assert [(f.cause, f.ranks) for f in found] == [("straggler-rank", [2])]
+
+
+def test_steps_published_at_different_moments_are_not_a_straggler():
+    """Beats go out at different times: with collectives seen, their lags decide, not the steps as published."""
+    d = Detector(SETTINGS, 4)
+    make = lambda i: {r: {**beat(r, i, seq=30 + 5 * i, step=10 + 5 * i - (4 if r == 3 else 0), step_time=0.1,  # noqa: E731
+                                 arrivals=arrivals(i, 30, 0.1)), "t": 1000.0 + i - (0.4 if r == 3 else 0.0)}
+                      for r in range(4)}
+    assert run_polls(d, make, 6) == []
+
+
+def test_without_collectives_a_stale_beat_is_allowed_its_age_in_steps():
+    d = Detector(SETTINGS, 3)
+    stale = lambda i, lag: {r: {**beat(r, i, seq=None, step=100 + 10 * i - (lag if r == 1 else 0),  # noqa: E731
+                                       step_time=0.1), "t": 1000.0 + i - (0.5 if r == 1 else 0.0)} for r in range(3)}
+    assert run_polls(d, lambda i: stale(i, 6), 5) == []  # 0.5 s old at 0.1 s per step: 5 steps of it are age
+    found = run_polls(d, lambda i: stale(i, 20), 5)
+    assert [(f.cause, f.ranks) for f in found] == [("straggler-rank", [1])] and "20 steps behind" in found[0].message
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="schedstat is Linux's")
+def test_the_heartbeat_reads_the_training_threads_cpu_time_and_wait():
+    ran, waited = cpu_times(threading.get_native_id())
+    assert ran > 0 and waited >= 0
+    assert cpu_times(None) == ()

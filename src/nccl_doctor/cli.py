@@ -7,16 +7,21 @@ a bug in nccl-doctor prints one line (traceback with NCCL_DOCTOR_DEBUG=1) and ex
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 
 import click
 
 from . import __version__
-from .model import InputError
+from .model import InputError, Terminated
 from .commands import COMMANDS
+from .render.literal import shown
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,26 +35,34 @@ for command in COMMANDS:
 
 
 def fail(message: str, code: int) -> int:
-    click.echo(f"nccl-doctor: {message}", err=True)
+    click.echo(f"nccl-doctor: {shown(message)}", err=True)
     return code
 
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (never raises)."""
+    terminated = threading.Event()
+
+    def on_sigterm(*_: object) -> None:  # the same clean shutdown as Ctrl-C, then exit 143
+        terminated.set()
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm) if threading.current_thread() is threading.main_thread() \
+        else None
     try:
         result = cli.main(args=argv, prog_name="nccl-doctor", standalone_mode=False)
-        return result if isinstance(result, int) else 0
+        return EXIT_TERMINATED if terminated.is_set() else result if isinstance(result, int) else 0
     except click.exceptions.Exit as exc:  # --help, --version
         return exc.exit_code
-    except click.exceptions.Abort:
-        return fail("aborted", 130)
+    except (click.exceptions.Abort, KeyboardInterrupt):  # click turns KeyboardInterrupt (Terminated too) into Abort
+        if terminated.is_set():
+            return fail("terminated", EXIT_TERMINATED)
+        return fail("interrupted", EXIT_INTERRUPTED)
     except click.ClickException as exc:
         hint = " (see nccl-doctor --help)" if isinstance(exc, click.UsageError) else ""
         return fail(f"error: {exc.format_message()}{hint}", EXIT_USAGE)
     except InputError as exc:
         return fail(f"error: {exc}", EXIT_USAGE)
-    except KeyboardInterrupt:
-        return fail("interrupted", 130)
     except BrokenPipeError:
         return 0
     except Exception as exc:  # a bug: one line, traceback only on request
@@ -57,6 +70,9 @@ def run(argv: list[str] | None = None) -> int:
             raise
         return fail(f"internal error: {type(exc).__name__}: {exc} (rerun with NCCL_DOCTOR_DEBUG=1 for a traceback)",
                     EXIT_INTERNAL)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def main() -> None:

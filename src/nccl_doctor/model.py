@@ -30,6 +30,10 @@ class InputError(Exception):
     """Unusable input or arguments: printed as one line, exit code 2."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where SIGINT raises KeyboardInterrupt, so every clean-up path runs; exit code 143."""
+
+
 @dataclass(frozen=True)
 class Evidence:
     """Where a finding was seen: a log file and line, a probe, an env variable."""

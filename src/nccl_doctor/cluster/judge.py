@@ -86,7 +86,7 @@ class Progress:
         if out is not None:
             from rich.console import Console
 
-            self.console = Console(file=out, highlight=False, soft_wrap=True)
+            self.console = Console(file=out, highlight=False, emoji=False, soft_wrap=True)
 
     def start(self, index: int, title: str) -> None:
         if self.console and self.console.is_terminal:
@@ -97,10 +97,10 @@ class Progress:
             return
         style = {"passed": "green", "failed": "bold red", "skipped": "yellow"}[outcome.status]
         timing = f" {outcome.seconds:.1f} s" if outcome.status != "skipped" else ""
-        from rich.markup import escape
+        from ..render.literal import markup
 
         self.console.print(f"[{index}/{self.total}] {title:<34} [{style}]{outcome.status}[/{style}]{timing}"
-                           f"  [dim]{escape(outcome.detail)}[/dim]")
+                           f"  [dim]{markup(outcome.detail)}[/dim]")
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 Every launcher says the same four things differently (rank, world size, local rank, where rank 0's
 store listens); `detect_world` reads them into one `World`. `LocalRanks` starts N rank processes on
-this host and guarantees that every one of them is reaped, whatever happens to the parent.
+this host and guarantees that every one of them is reaped, whatever happens to the parent: it ends them
+itself, and when it dies without doing so (SIGKILL, OOM), each child sees the end of a pipe only the
+parent held open (`watch_parent`) and ends itself.
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
 DEFAULT_PORT = 29500
+PARENT_FD = "NCCL_DOCTOR_PARENT_FD"  # a --local child's end of the pipe whose other end only its parent holds
+ORPHAN_GRACE = 2.0  # seconds an orphaned --local child gets to end cleanly before it kills its process group
 LAUNCHER_PREFIXES = ("TORCHELASTIC_", "GROUP_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_", "PMI_RANK")
 SLURM_PORT_BASE = 15000  # SLURM: 15000 + last 4 digits of the job id, as PyTorch Lightning derives it
 
@@ -233,20 +238,28 @@ class LocalRanks:
 
     def __post_init__(self) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="nccl-doctor-local-")
+        self._lifeline: int | None = None
 
     def start(self) -> None:
+        child_end, self._lifeline = os.pipe()  # both non-inheritable: only the children given child_end get it
+        try:
+            self._spawn(child_end)
+        finally:
+            os.close(child_end)
+
+    def _spawn(self, child_end: int) -> None:
         for rank in range(self.count):
             inherited = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_PREFIXES)}
             env = {**inherited, "RANK": str(rank), "WORLD_SIZE": str(self.count), "LOCAL_RANK": str(rank),
                    "LOCAL_WORLD_SIZE": str(self.count), "MASTER_ADDR": self.master_addr,
                    "MASTER_PORT": str(self.master_port), "NCCL_DOCTOR_LOCAL_JUDGE": "1",
-                   **self.rank_env.get(rank, {})}
+                   PARENT_FD: str(child_end), **self.rank_env.get(rank, {})}
             out = open(self._path(rank, "out"), "wb")
             err = open(self._path(rank, "err"), "wb")
             with out, err:
                 self.procs[rank] = subprocess.Popen(
                     [sys.executable, "-m", "nccl_doctor", self.command, *self.args], env=env, stdin=subprocess.DEVNULL,
-                    stdout=out, stderr=err, start_new_session=True)
+                    stdout=out, stderr=err, start_new_session=True, pass_fds=(child_end,))
 
     def _path(self, rank: int, stream: str) -> Path:
         return Path(self._dir.name) / f"rank{rank}.{stream}"
@@ -295,7 +308,30 @@ class LocalRanks:
                     p.wait(timeout=max(0.0, end - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     pass
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
         self._dir.cleanup()
+
+
+def watch_parent(env: Mapping[str, str]) -> None:
+    """In a --local child: when the parent dies (its end of the pipe closes), end this rank as SIGTERM would,
+    and after ORPHAN_GRACE kill its process group (the rank and whatever it started), stuck or not."""
+    fd = env.get(PARENT_FD, "")
+    if not fd.isdigit():
+        return
+
+    def wait_for_the_end() -> None:
+        try:
+            while os.read(int(fd), 1):  # nothing is ever written: this returns b"" when the parent is gone
+                pass
+        except OSError:
+            return  # not the pipe it should be: nothing to watch
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(ORPHAN_GRACE)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=wait_for_the_end, name="nccl-doctor-parent-watch", daemon=True).start()
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

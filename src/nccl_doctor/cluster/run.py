@@ -15,11 +15,11 @@ import threading
 import time
 import uuid
 import warnings
-from typing import Any, Callable, TextIO
+from typing import Callable, TextIO
 
 from ..model import Evidence, Finding, Report
 from .judge import MARGIN, Judge, JudgeContext, Options, Progress
-from .launch import LocalRanks, World, listen_socket
+from .launch import LocalRanks, World, listen_socket, watch_parent
 from .rank import KEY_ROOT, key_prefix, run_rank
 from .store import Exchange, client, port_holder, prefixed, serve
 from .watchdog import Liveness
@@ -46,6 +46,8 @@ def run_as_rank(world: World, options: Options, env: dict[str, str], *, as_json:
     quiet_torch()
     stages = stages or _stages()
     local_judge = env.get("NCCL_DOCTOR_LOCAL_JUDGE") == "1"
+    if local_judge:
+        watch_parent(env)
     start = None
     if world.rank == 0 and not local_judge:
         start = lambda address: _judge_thread(world, address, options, deliver, progress, stages)  # noqa: E731
@@ -112,8 +114,7 @@ def run_local(count: int, options: Options, rank_args: list[str], *, master_addr
     quiet_torch()
     store = serve(port, options.timeout + MARGIN, listen_fd=sock.detach())  # up before any rank is told of it
     local = LocalRanks(count, rank_args, master_addr, port, rank_env or {}, command=command)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
+    try:  # Ctrl-C and SIGTERM (cli.py raises Terminated, a KeyboardInterrupt) end here too: the ranks are reaped
         local.start()
         exchange = Exchange(prefixed(store, f"{KEY_ROOT}/check/"))
         ctx = JudgeContext(exchange, count, options, "local", Liveness(exchange, local.exits), local=local,
@@ -124,11 +125,6 @@ def run_local(count: int, options: Options, rank_args: list[str], *, master_addr
     finally:
         local.stop(grace=2.0)
         sock.close()
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _raise_interrupt(*_: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def _cannot_host(port: int, exc: OSError) -> Report:

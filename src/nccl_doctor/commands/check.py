@@ -10,11 +10,10 @@ import sys
 from pathlib import Path
 
 import click
-from rich.markup import escape
 from rich.table import Table
 
 from ..model import InputError, Report
-from ..render import emit, render_json
+from ..render import emit, literal, render_json
 from ..render.text import console_for
 from .launching import require_torch, run_job
 
@@ -72,7 +71,7 @@ def render_stages(report: Report, out) -> None:
     for stage in report.facts.get("stages", []):
         style = STATUS_STYLE.get(stage["status"], "")
         seconds = f"{stage['seconds']:.1f} s" if stage["status"] != "skipped" else ""
-        table.add_row(stage["title"], f"[{style}]{stage['status']}[/{style}]", seconds, escape(stage["detail"]))
+        table.add_row(stage["title"], f"[{style}]{stage['status']}[/{style}]", seconds, literal.text(stage["detail"]))
     console.print(table)
     console.print()
 

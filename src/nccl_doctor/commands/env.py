@@ -14,7 +14,6 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
 
@@ -22,7 +21,7 @@ from ..model import Report
 from ..probe import collect
 from ..probe.network import gloo_select_interfaces, nccl_select_interfaces
 from ..probe.topology import distance_rank
-from ..render import emit
+from ..render import emit, literal
 from ..render.text import console_for
 
 GIB, MIB = 1024**3, 1024**2
@@ -43,7 +42,7 @@ def fields(console: Console, rows: list[tuple[str, Any]]) -> None:
     table.add_column(style="dim", no_wrap=True)
     table.add_column(overflow="fold")
     for label, value in rows:
-        table.add_row(label, escape(str(value)))
+        table.add_row(label, literal.markup(str(value)))
     console.print(Padding(table, (0, 0, 0, 2), expand=False))
 
 
@@ -52,7 +51,7 @@ def grid(console: Console, headers: tuple[str, ...], rows: list[tuple[Any, ...]]
     for header in headers:
         table.add_column(header, overflow="fold")
     for row in rows:
-        table.add_row(*(escape("" if cell is None else str(cell)) for cell in row))
+        table.add_row(*(literal.markup("" if cell is None else str(cell)) for cell in row))
     console.print(Padding(table, (0, 0, 0, 2), expand=False))
 
 
@@ -61,7 +60,7 @@ def heading(console: Console, title: str, section: Any) -> bool:
     console.print(f"\n[bold]{title}[/bold]")
     why = missing(section)
     if why:
-        console.print(f"  [yellow]unavailable:[/yellow] {escape(why)}")
+        console.print(f"  [yellow]unavailable:[/yellow] {literal.markup(why)}")
         return False
     return True
 
@@ -168,7 +167,8 @@ def show_infiniband(console: Console, ib: dict) -> None:
              ", ".join(d.get("netdevs", [])), d.get("numa_node"))
             for d in devices for p in d.get("ports", [])]
     if not rows:
-        console.print(f"  [dim]no RDMA devices (nothing in {escape(ib.get('sysfs', '/sys/class/infiniband'))})[/dim]")
+        where = literal.markup(ib.get("sysfs", "/sys/class/infiniband"))
+        console.print(f"  [dim]no RDMA devices (nothing in {where})[/dim]")
         return
     grid(console, ("device", "port", "state", "phys state", "rate", "link layer", "netdev", "NUMA"), rows)
     dev = ib.get("dev_infiniband") or {}
@@ -264,9 +264,9 @@ def show_environment(console: Console, env_facts: dict) -> None:
         if conf.get("exists"):
             entries = [f"{e['name']}={e['value']}" for e in conf.get("entries", []) if "name" in e]
             text = conf.get("unavailable") or ("; ".join(entries) or "no settings")
-            console.print(f"  [dim]{escape(conf['path'])}:[/dim] {escape(text)}")
+            console.print(f"  [dim]{literal.markup(conf['path'])}:[/dim] {literal.markup(text)}")
         else:
-            console.print(f"  [dim]{escape(conf['path'])}: absent[/dim]")
+            console.print(f"  [dim]{literal.markup(conf['path'])}: absent[/dim]")
 
 
 def render_facts(facts: dict, env: dict, seconds: float, out: Any) -> None:
@@ -278,7 +278,7 @@ def render_facts(facts: dict, env: dict, seconds: float, out: Any) -> None:
 
 def print_facts(console: Console, facts: dict, env: dict, seconds: float) -> None:
     host = facts.get("host") or {}
-    console.print(f"[bold]nccl-doctor env[/bold]  host {escape(str(host.get('hostname', '?')))}  "
+    console.print(f"[bold]nccl-doctor env[/bold]  host {literal.markup(str(host.get('hostname', '?')))}  "
                   f"[dim](collected in {seconds:.2f} s)[/dim]")
     show_host(console, facts.get("host"))
     show_software(console, facts.get("software"))

@@ -6,10 +6,10 @@ import difflib
 import json
 
 import click
-from rich.markup import escape
 
 from ..catalog import categories, causes
 from ..model import InputError
+from ..render import literal
 from ..render.text import console_for
 
 
@@ -29,7 +29,7 @@ def explain(cause_id: str | None, list_all: bool, as_json: bool) -> int:
             console.print(f"[bold]{category}[/bold]")
             for c in table.values():
                 if c.category == category:
-                    console.print(f"  {c.id:34} {escape(c.title)}")
+                    console.print(f"  {c.id:34} {literal.markup(c.title)}")
         return 0
     if cause_id not in table:
         close = difflib.get_close_matches(cause_id, table, n=3, cutoff=0.5)
@@ -40,10 +40,10 @@ def explain(cause_id: str | None, list_all: bool, as_json: bool) -> int:
         click.echo(json.dumps(c.__dict__, indent=2))
         return 0
     console = console_for(click.get_text_stream("stdout"))
-    console.print(f"[bold]{c.id}[/bold] ({c.category}): {escape(c.title)}\n")
-    console.print(escape(c.explanation) + "\n")
+    console.print(f"[bold]{c.id}[/bold] ({c.category}): {literal.markup(c.title)}\n")
+    console.print(literal.markup(c.explanation) + "\n")
     for step in c.fix:
-        console.print(f"[green]fix:[/green] {escape(step)}")
+        console.print(f"[green]fix:[/green] {literal.markup(step)}")
     for ref in c.references:
-        console.print(f"[dim]see: {escape(ref)}[/dim]")
+        console.print(f"[dim]see: {literal.markup(ref)}[/dim]")
     return 0

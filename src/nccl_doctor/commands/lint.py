@@ -6,12 +6,11 @@ from __future__ import annotations
 import os
 
 import click
-from rich.markup import escape
 
 from ..model import InputError, Report
 from ..probe import collect
 from ..probe.environment import EnvFileError, SourcedEnv, read_env_file
-from ..render import emit
+from ..render import emit, literal
 from ..render.text import console_for
 from ..rules.lint import lint as run_rules
 
@@ -36,6 +35,6 @@ def lint(as_json: bool, env_file: str | None) -> int:
         source = f"{len(env)} variables from {env_file}" if env_file else "this process's environment"
         extra = f" and {', '.join(confs)}" if confs else ""
         console_for(click.get_text_stream("stdout")).print(
-            f"[dim]checked {escape(source)}{escape(extra)} on host "
-            f"{escape(str(facts.get('host', {}).get('hostname', '?')))}[/dim]")
+            f"[dim]checked {literal.markup(source)}{literal.markup(extra)} on host "
+            f"{literal.markup(str(facts.get('host', {}).get('hostname', '?')))}[/dim]")
     return emit(report, as_json=as_json)

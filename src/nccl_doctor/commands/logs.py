@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import click
-from rich.markup import escape
 
 from ..logs import diagnose_paths
 from ..model import Report
-from ..render import emit
+from ..render import emit, literal
 from ..render.markdown import render_markdown
 from ..render.table import print_rank_table
 from ..render.text import console_for
 
 MAX_SEEN = 12
+MAX_TEXT = 200
 
 
 @click.command()
@@ -26,7 +26,7 @@ def logs(paths: tuple[str, ...], as_json: bool, as_markdown: bool, engine: str) 
     and PyTorch flight-recorder dumps (TORCH_NCCL_DUMP_ON_TIMEOUT)."""
     report = diagnose_paths(list(paths), engine=None if engine == "auto" else engine)
     for problem in report.facts["inputs"]["problems"]:
-        click.echo(f"nccl-doctor: skipped: {problem}", err=True)
+        click.echo(f"nccl-doctor: skipped: {literal.shown(problem)}", err=True)
     if as_json:
         return emit(report, as_json=True)
     out = click.get_text_stream("stdout")
@@ -51,11 +51,12 @@ def _print_unrecognised(console, report: Report) -> None:
     if seen:
         console.print("Lines that look like errors:")
         for e in seen[:MAX_SEEN]:
-            console.print(f"  [dim]{escape(e['source'])}:{e['line']}:[/dim] {escape(e['text'][:200])}")
+            text = literal.markup(literal.clipped(e["text"], MAX_TEXT))
+            console.print(f"  [dim]{literal.markup(e['source'])}:{e['line']}:[/dim] {text}")
     last = [r for r in report.facts.get("ranks", []) if r.get("last_line")]
     if last:
         console.print("Last line of each rank/process:")
         for r in last[:MAX_SEEN]:
             ln = r["last_line"]
-            console.print(f"  [dim]{escape(r['label'])} ({escape(ln['source'])}:{ln['line']}):[/dim] "
-                          f"{escape(ln['text'][:200])}")
+            console.print(f"  [dim]{literal.markup(r['label'])} ({literal.markup(ln['source'])}:{ln['line']}):[/dim] "
+                          f"{literal.markup(literal.clipped(ln['text'], MAX_TEXT))}")

@@ -10,17 +10,19 @@ from typing import Any
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from ..model import InputError, Report
 from ..probe.hardware import hardware_facts
 from ..probe.topology import parse_smi_topo
-from ..render import emit
+from ..render import emit, literal
 from ..render.text import console_for
 from ..rules.topology import judge
 
 
-def shown(value: Any) -> str:
-    return "" if value is None else str(value)
+def shown(value: Any, style: str = "") -> Text:
+    """A table cell from the input (a sysfs tree, an nvidia-smi file): shown literally."""
+    return literal.text("" if value is None else value, style)
 
 
 CELL_STYLE = {"X": "dim", "PIX": "green", "PXB": "green", "PHB": "yellow", "NODE": "yellow", "SYS": "red"}
@@ -41,19 +43,18 @@ def read_smi_file(path: str) -> str:
 
 def matrix_table(topo: dict[str, Any]) -> Table:
     labels = topo["gpus"] + list(topo["nics"])
-    table = Table(title=f"GPU/NIC topology ({topo.get('source')})", title_justify="left", box=None,
+    table = Table(title=shown(f"GPU/NIC topology ({topo.get('source')})"), title_justify="left", box=None,
                   padding=(0, 1, 0, 0), header_style="bold")
     table.add_column("")
     for label in labels:
-        table.add_column(label, justify="center")
+        table.add_column(shown(label), justify="center")
     table.add_column("CPU affinity")
     table.add_column("NUMA")
     for row in labels:
         cells = [topo["matrix"].get(row, {}).get(col, "X" if col == row else "?") for col in labels]
-        styled = [f"[{'bold green' if c.startswith('NV') else CELL_STYLE.get(c, '')}]{c}[/]" if c != "?" else "?"
-                  for c in cells]
+        styled = [shown(c, "bold green" if c.startswith("NV") else CELL_STYLE.get(c, "")) for c in cells]
         affinity = topo.get("affinity", {}).get(row, {})
-        table.add_row(row, *styled, shown(affinity.get("cpu")), shown(affinity.get("numa")))
+        table.add_row(shown(row), *styled, shown(affinity.get("cpu")), shown(affinity.get("numa")))
     return table
 
 
@@ -63,9 +64,9 @@ def ports_table(ib: dict[str, Any]) -> Table:
         table.add_column(column)
     for dev in ib["devices"]:
         for p in dev["ports"]:
-            table.add_row(f"{dev['name']}/{p['port']}", p.get("state") or "?", p.get("phys_state") or "?",
-                          p.get("rate") or "?", p.get("link_layer") or "?", shown(dev.get("pci")),
-                          shown(dev.get("numa_node")))
+            table.add_row(shown(f"{dev['name']}/{p['port']}"), shown(p.get("state") or "?"),
+                          shown(p.get("phys_state") or "?"), shown(p.get("rate") or "?"),
+                          shown(p.get("link_layer") or "?"), shown(dev.get("pci")), shown(dev.get("numa_node")))
     return table
 
 
@@ -76,10 +77,10 @@ def gpus_table(gpus: list[dict[str, Any]]) -> Table:
     for g in gpus:
         pcie = g.get("pcie") or {}
         links = g.get("nvlink") or []
-        table.add_row(str(g["index"]), g.get("name") or "", g.get("bus_id") or "",
-                      f"{g.get('temperature_c')} C", f"Gen{pcie.get('gen')}/{pcie.get('max_gen')} "
-                      f"x{pcie.get('width')}/{pcie.get('max_width')}",
-                      f"{sum(link['active'] for link in links)}/{len(links)}", ", ".join(g.get("throttle", [])))
+        pcie_text = f"Gen{pcie.get('gen')}/{pcie.get('max_gen')} x{pcie.get('width')}/{pcie.get('max_width')}"
+        table.add_row(*map(shown, (g["index"], g.get("name"), g.get("bus_id"), f"{g.get('temperature_c')} C",
+                                   pcie_text, f"{sum(link['active'] for link in links)}/{len(links)}",
+                                   ", ".join(g.get("throttle", [])))))
     return table
 
 
@@ -87,17 +88,18 @@ def print_readings(facts: dict[str, Any]) -> None:
     console = console_for(click.get_text_stream("stdout"))
     topo = facts["topology"]
     if "unavailable" in topo:
-        console.print(f"[dim]topology: {topo['unavailable']}[/dim]")
+        console.print(f"[dim]topology: {literal.markup(topo['unavailable'])}[/dim]")
     else:
         console.print(matrix_table(topo), width=10_000)  # wide like nvidia-smi's own, never squeezed
         if topo.get("incomplete"):
-            console.print(f"[yellow]rows missing or cut short in the input: {', '.join(topo['incomplete'])}[/yellow]")
+            console.print(f"[yellow]rows missing or cut short in the input: "
+                          f"{literal.markup(', '.join(topo['incomplete']))}[/yellow]")
         if any(name != label for label, name in topo["nics"].items()):
-            console.print("NICs: " + ", ".join(f"{label}={name}" for label, name in topo["nics"].items()))
+            console.print(literal.text("NICs: " + ", ".join(f"{label}={name}" for label, name in topo["nics"].items())))
     for key, table in (("gpu_health", lambda v: gpus_table(v["gpus"])), ("ib_ports", lambda v: ports_table(v))):
         value = facts.get(key, {})
         if "unavailable" in value:
-            console.print(f"[dim]{key.replace('_', ' ')}: {value['unavailable']}[/dim]")
+            console.print(f"[dim]{key.replace('_', ' ')}: {literal.markup(value['unavailable'])}[/dim]")
         elif value.get("gpus") or value.get("devices"):
             console.print()
             console.print(table(value))

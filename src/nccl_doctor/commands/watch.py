@@ -15,7 +15,7 @@ import time
 import click
 
 from ..model import InputError, Report
-from ..render import emit
+from ..render import emit, literal
 from .launching import require_torch
 
 POLL_FIRST = 0.2
@@ -55,8 +55,8 @@ def watch(address: str, hang_after: float | None, duration: float | None, wait_s
     printer = print_finding(sys.stdout)
     show = None if as_json else (lambda f: (shown.append(f), printer(f)))
     if show:
-        click.echo(f"nccl-doctor watch: run {run}, {config['world_size']} ranks, hang after {settings.hang_after:g} s "
-                   f"(Ctrl-C to stop)", err=True)
+        click.echo(literal.shown(f"nccl-doctor watch: run {run}, {config['world_size']} ranks, hang after "
+                                 f"{settings.hang_after:g} s (Ctrl-C to stop)"), err=True)
     report = _follow(monitor, settings.beat, duration, show, stop_on_error)
     report.facts["run"], report.facts["store"] = run, address
     if as_json:

@@ -2,22 +2,21 @@
 
 Only variables with a relevant name are shown at all (NCCL_*, TORCH_*, MASTER_*, SLURM_*, ...), and even then a
 value is replaced when the name says it is a secret (HF_TOKEN, *_PASSWORD, ...) or the value looks like one
-(a URL with credentials, an AWS key id, a GitHub/Hugging Face/OpenAI token, a JWT, a long random string).
+(a URL with credentials, an AWS key id, a GitHub/Hugging Face/OpenAI token, a JWT, a long random string):
+nccl_doctor/redact.py decides.
 Also reads the NCCL configuration files (NCCL_CONF_FILE or ~/.nccl.conf, then /etc/nccl.conf) exactly as NCCL
 does, so rules can judge them like the environment.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import pwd
 import re
-from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-REDACTED = "<redacted>"
+from ..redact import redact
 
 RELEVANT_PREFIXES = (
     "NCCL_", "TORCH_", "TORCHELASTIC_", "PET_", "GLOO_", "MASTER_", "SLURM_", "OMPI_", "PMI_", "PMIX_RANK",
@@ -28,79 +27,9 @@ RELEVANT_NAMES = frozenset({
     "OMP_NUM_THREADS", "USE_LIBUV", "ENABLE_NCCL_HEALTH_CHECK", "KUBERNETES_SERVICE_HOST", "HOSTNAME",
 })
 
-# Words that make a variable name secret, matched against the name's parts (split on '_' and '-').
-SECRET_WORDS = frozenset({
-    "TOKEN", "TOKENS", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASS", "PWD", "PASSPHRASE", "CREDENTIAL",
-    "CREDENTIALS", "CRED", "CREDS", "AUTH", "AUTHORIZATION", "COOKIE", "SESSION", "APIKEY", "KEY", "KEYS",
-    "PRIVATE", "SIGNATURE", "SIG", "SAS", "DSN", "WEBHOOK", "BEARER", "OTP", "SALT",
-})
-# Names whose parts look secret but which hold nothing secret (the shell's working directory, a socket path).
-NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD", "SSH_AUTH_SOCK"})
-
-SECRET_VALUE_PATTERNS = [
-    re.compile(p) for p in (
-        r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)",
-        r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b",  # AWS access key ids
-        r"\bhf_[A-Za-z0-9]{30,}\b",  # Hugging Face
-        r"\bgh[pousr]_[A-Za-z0-9]{30,}\b", r"\bgithub_pat_[A-Za-z0-9_]{30,}\b",  # GitHub
-        r"\bglpat-[A-Za-z0-9_-]{20,}\b",  # GitLab
-        r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}\b",  # OpenAI, Anthropic
-        r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b",  # Slack
-        r"\bAIza[0-9A-Za-z_-]{35}\b",  # Google API keys
-        r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\b",  # JWT
-        r"(?i)\b(?:password|passwd|pwd|secret|token|api[_-]?key|accountkey|sharedaccesskey|sig)=[^;&\s]+",
-    )
-]
-URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
-TOKEN_SPLIT = re.compile(r"[\s,;:/@=&?'\"()\[\]{}]+")
-BASE64_TOKEN = re.compile(r"(?<![A-Za-z0-9/+])[A-Za-z0-9][A-Za-z0-9/+]{31,}={0,2}(?![A-Za-z0-9/+=])")
-UUID = re.compile(r"(?:GPU-|MIG-)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-
 
 def relevant(name: str) -> bool:
     return name in RELEVANT_NAMES or name.startswith(RELEVANT_PREFIXES)
-
-
-def secret_name(name: str) -> bool:
-    """True when the name says the value is a secret (HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY, ...)."""
-    upper = name.upper()
-    if upper in NOT_SECRET_NAMES:
-        return False
-    parts = [p for p in re.split(r"[_\-.]+", upper) if p]
-    if any(p in SECRET_WORDS for p in parts):
-        return True
-    joined = "".join(parts)
-    return any(word in joined for word in ("APIKEY", "ACCESSKEY", "SECRETKEY", "PRIVATEKEY", "PASSWORD", "TOKEN",
-                                            "SECRET", "CREDENTIAL", "CONNECTIONSTRING"))
-
-
-def _entropy(token: str) -> float:
-    counts = Counter(token)
-    return -sum(n / len(token) * math.log2(n / len(token)) for n in counts.values())
-
-
-def _random_looking(token: str) -> bool:
-    """A long token that is hex or mixes cases and digits with high entropy: an API key, not a word or a path."""
-    if len(token) < 32 or UUID.fullmatch(token):
-        return False
-    if re.fullmatch(r"[0-9a-fA-F]+", token):
-        return True
-    classes = sum(bool(re.search(p, token)) for p in (r"[a-z]", r"[A-Z]", r"[0-9]"))
-    return classes == 3 and _entropy(token) >= 4.0
-
-
-def redact(name: str, value: str) -> str:
-    """The value as it may be shown: whole value hidden for secret names, secret-looking parts hidden otherwise."""
-    if secret_name(name):
-        return REDACTED if value else value
-    text = URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{REDACTED}@", value)
-    for pattern in SECRET_VALUE_PATTERNS:
-        text = pattern.sub(REDACTED, text)
-    tokens = set(TOKEN_SPLIT.split(text)) | {m.group(0) for m in BASE64_TOKEN.finditer(text)}
-    for token in sorted(tokens, key=len, reverse=True):
-        if _random_looking(token):
-            text = text.replace(token, REDACTED)
-    return text
 
 
 def relevant_env(env: Mapping[str, str]) -> dict[str, str]:

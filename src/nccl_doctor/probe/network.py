@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 
 from ..bounded import within
-from .environment import redact
+from ..redact import redact
 
 MAX_IFS = 16  # NCCL's MAX_IFS: entries parsed from NCCL_SOCKET_IFNAME, interfaces returned
 NCCL_DEFAULT_ORDER = ("ib", "^docker,lo,virbr", "docker", "lo", "virbr")

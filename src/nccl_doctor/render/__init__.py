@@ -1,4 +1,8 @@
-"""Renderers: one report, several faces (rich text, JSON, Markdown)."""
+"""Renderers: one report, several faces (rich text, JSON, Markdown, HTML).
+
+Every string a renderer did not write itself goes through literal.py (redacted, control characters made
+visible, escaped for the form); JSON keeps strings as data (json escapes control characters) but redacted.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,12 @@ import sys
 from typing import TextIO
 
 from ..model import Report
+from ..redact import redact_json
 from .text import render_text
 
 
 def render_json(report: Report) -> str:
-    return json.dumps(report.to_json(), indent=2, default=str)
+    return json.dumps(redact_json(report.to_json()), indent=2, default=str)
 
 
 def emit(report: Report, *, as_json: bool = False, out: TextIO | None = None) -> int:

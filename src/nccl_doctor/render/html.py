@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from html import escape
+from . import literal
 from typing import Any
 
 from ..model import Report
@@ -54,8 +54,8 @@ def render_html(report: Report) -> str:
     title = f"nccl-doctor {report.command}: {data['verdict']}"
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{escape(title)}</title><style>{STYLE}</style></head>\n"
-            f"<body><main>\n{''.join(parts)}\n<p class=\"meta\">nccl-doctor {escape(data['version'])}</p>"
+            f"<title>{literal.html(title)}</title><style>{STYLE}</style></head>\n"
+            f"<body><main>\n{''.join(parts)}\n<p class=\"meta\">nccl-doctor {literal.html(data['version'])}</p>"
             f"</main></body></html>\n")
 
 
@@ -75,14 +75,14 @@ def _header(data: dict, facts: dict) -> str:
         line.append(f"-b {s['minbytes']} -e {s['maxbytes']} -f {s['stepfactor']} -n {s['iters']} "
                     f"-w {s['warmup_iters']} -c {s['check']} -d {s['datatype']} -o {s['op']} -r {s['root']}; "
                     f"time across ranks: {s['average_means']}")
-    return (f"<header><h1>nccl-doctor {escape(data['command'])}</h1>"
-            f"<span class=\"verdict {escape(data['verdict'])}\">{escape(data['verdict'])}</span> "
-            f"<span class=\"meta\">{escape('; '.join(line))}</span></header>\n")
+    return (f"<header><h1>nccl-doctor {literal.html(data['command'])}</h1>"
+            f"<span class=\"verdict {literal.html(data['verdict'])}\">{literal.html(data['verdict'])}</span> "
+            f"<span class=\"meta\">{literal.html('; '.join(line))}</span></header>\n")
 
 
 def _inline(text: str) -> str:
     """Escape, then show `backquoted` spans as code."""
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", literal.html(text))
 
 
 def _findings(findings: list[dict]) -> str:
@@ -99,15 +99,15 @@ def _finding(f: dict) -> str:
         where.append("hosts " + ", ".join(f["hosts"]))
     if f["ranks"]:
         where.append("ranks " + ", ".join(map(str, f["ranks"])))
-    evidence = "".join(f'<li class="evidence">{escape(e["source"])}: {escape(e["text"])}</li>'
+    evidence = "".join(f'<li class="evidence">{literal.html(e["source"])}: {literal.html(e["text"])}</li>'
                        for e in f["evidence"][:8])
     fixes = "".join(f'<li class="fix">{_inline(step)}</li>' for step in f["fix"])
     secondary = "".join(_finding(s) for s in f.get("secondary", []))
     return (f'<div class="finding" style="border-left-color:{colour}">'
-            f'<h3><span class="sev" style="color:{colour}">{escape(f["severity"].upper())}</span>'
-            f'[{escape(f["cause"])}] {escape(f["title"])}</h3><div>{escape(f["message"])}</div>'
-            f'<div class="meta">{escape(f["category"])}; confidence {f["confidence"]:.2f}'
-            f'{"; " + escape("; ".join(where)) if where else ""}</div>'
+            f'<h3><span class="sev" style="color:{colour}">{literal.html(f["severity"].upper())}</span>'
+            f'[{literal.html(f["cause"])}] {literal.html(f["title"])}</h3><div>{literal.html(f["message"])}</div>'
+            f'<div class="meta">{literal.html(f["category"])}; confidence {f["confidence"]:.2f}'
+            f'{"; " + literal.html("; ".join(where)) if where else ""}</div>'
             f'{"<ul>" + evidence + "</ul>" if evidence else ""}{"<ul>" + fixes + "</ul>" if fixes else ""}'
             f"{secondary}</div>")
 
@@ -125,10 +125,11 @@ def _sweep(sweep: dict) -> str:
         series = {layout: [(r["size"], r[layout]["busbw"]) for r in rows if r.get(layout)] for layout in LAYOUTS}
         avg = sweep["avg_busbw"].get(name)
         caption = f"{name}: busbw (GB/s) vs size" + (f"; avg {avg:.3g} GB/s" if avg is not None else "")
-        figures.append(f'<figure class="chart" data-collective="{escape(name)}"><figcaption>{escape(caption)}'
+        figures.append(f'<figure class="chart" data-collective="{literal.html(name)}">'
+                       f'<figcaption>{literal.html(caption)}'
                        f"</figcaption>{line_chart({k: v for k, v in series.items() if v}, 'busbw (GB/s)')}</figure>")
     return ('<section id="sweep"><h2>Bus bandwidth by message size</h2><div class="charts">' + "".join(figures)
-            + "</div><details><summary>nccl-tests tables</summary><pre>" + escape(sweep_text(sweep))
+            + "</div><details><summary>nccl-tests tables</summary><pre>" + literal.html(sweep_text(sweep))
             + "</pre></details></section>\n")
 
 
@@ -181,18 +182,18 @@ def line_chart(series: dict[str, list[tuple[float, float]]], y_label: str, width
                f'<line x1="{left}" x2="{width - right}" y1="{top + plot_h}" y2="{top + plot_h}" stroke="#9ca3af"/>'
                f'<text x="{left + plot_w / 2:.0f}" y="{height - 8}" text-anchor="middle">message size (bytes)</text>'
                f'<text transform="translate(14 {top + plot_h / 2:.0f}) rotate(-90)" text-anchor="middle">'
-               f"{escape(y_label)}</text>")
+               f"{literal.html(y_label)}</text>")
     for index, (name, points) in enumerate(series.items()):
         colour = SERIES_COLOURS.get(name, "#059669")
         coords = " ".join(f"{px(x):.1f},{py(v):.1f}" for x, v in points if x > 0)
-        out.append(f'<polyline class="series" data-series="{escape(name)}" fill="none" stroke="{colour}" '
+        out.append(f'<polyline class="series" data-series="{literal.html(name)}" fill="none" stroke="{colour}" '
                    f'stroke-width="2" points="{coords}"/>')
         for x, v in points:
             if x > 0:
                 out.append(f'<circle cx="{px(x):.1f}" cy="{py(v):.1f}" r="3" fill="{colour}">'
-                           f"<title>{escape(name)} {_size_label(x)}B: {v:.3g} GB/s</title></circle>")
+                           f"<title>{literal.html(name)} {_size_label(x)}B: {v:.3g} GB/s</title></circle>")
         out.append(f'<rect x="{left + 10 + index * 120}" y="8" width="12" height="4" fill="{colour}"/>'
-                   f'<text x="{left + 26 + index * 120}" y="14">{escape(name)}</text>')
+                   f'<text x="{left + 26 + index * 120}" y="14">{literal.html(name)}</text>')
     out.append("</svg>")
     return "".join(out)
 
@@ -213,7 +214,7 @@ def _matrix(matrix: dict) -> str:
     return ('<section id="matrix"><h2>Link matrix</h2>'
             f'<p class="meta">{len(matrix["links"])} links measured in {matrix["rounds"]} round-robin rounds of '
             f'disjoint pairs, {_size_label(matrix["message_bytes"])}B messages. Rows send to columns. '
-            f"Line rates reported: {escape(rates)}</p><div class=\"charts\">"
+            f"Line rates reported: {literal.html(rates)}</p><div class=\"charts\">"
             f'<figure><figcaption>bandwidth</figcaption>{heatmap(labels, bandwidth, rate_text, True)}</figure>'
             f'<figure><figcaption>latency, one way (us)</figcaption>'
             f'{heatmap(labels, latency, lambda v: f"{v:.1f}", False)}</figure></div></section>\n')
@@ -241,10 +242,10 @@ def heatmap(labels: list[str], values: dict[tuple[str, str], float], fmt: Any, h
            f'viewBox="0 0 {width} {height}"><rect width="{width}" height="{height}" fill="#fff"/>']
     for j, b in enumerate(labels):
         out.append(f'<text x="{left + j * cell_w + cell_w / 2:.0f}" y="{top - 10}" text-anchor="middle">'
-                   f"{escape(b)}</text>")
+                   f"{literal.html(b)}</text>")
     for i, a in enumerate(labels):
         y = top + i * cell_h
-        out.append(f'<text x="{left - 8}" y="{y + cell_h / 2 + 4:.0f}" text-anchor="end">{escape(a)}</text>')
+        out.append(f'<text x="{left - 8}" y="{y + cell_h / 2 + 4:.0f}" text-anchor="end">{literal.html(a)}</text>')
         for j, b in enumerate(labels):
             x = left + j * cell_w
             value = values.get((a, b))
@@ -253,9 +254,10 @@ def heatmap(labels: list[str], values: dict[tuple[str, str], float], fmt: Any, h
                 continue
             share = (value / best if high_is_good else best / value) if value > 0 and best > 0 else 0.0
             out.append(f'<rect class="cell" x="{x}" y="{y}" width="{cell_w - 2}" height="{cell_h - 2}" '
-                       f'fill="{_colour(share)}"><title>{escape(a)} -> {escape(b)}: {escape(fmt(value))}</title></rect>'
+                       f'fill="{_colour(share)}"><title>{literal.html(a)} -> {literal.html(b)}: '
+                       f'{literal.html(fmt(value))}</title></rect>'
                        f'<text x="{x + cell_w / 2 - 1:.0f}" y="{y + cell_h / 2 + 4:.0f}" text-anchor="middle" '
-                       f'style="fill:#111827">{escape(fmt(value))}</text>')
+                       f'style="fill:#111827">{literal.html(fmt(value))}</text>')
     out.append("</svg>")
     return "".join(out)
 
@@ -273,7 +275,7 @@ def _rank_timings(sweep: dict, ranks: list[dict]) -> str:
             layout = next(l for l in LAYOUTS if last.get(l))
             columns.append((f"{name} {_size_label(last['size'])}B {layout}", last[layout]["rank_us"]))
     count = max((len(times) for _, times in columns), default=0)
-    head = "<tr><th>rank</th><th>host</th>" + "".join(f"<th>{escape(title)} (us)</th>" for title, _ in columns)
+    head = "<tr><th>rank</th><th>host</th>" + "".join(f"<th>{literal.html(title)} (us)</th>" for title, _ in columns)
     body = []
     for rank in range(count):
         cells = []
@@ -283,9 +285,10 @@ def _rank_timings(sweep: dict, ranks: list[dict]) -> str:
             style = f"background-image:linear-gradient(90deg,#bfdbfe {share * 100:.0f}%,transparent {share * 100:.0f}%)"
             cls = "bar slowest" if value == slowest and len(times) > 1 else "bar"
             cells.append(f'<td class="{cls}" style="{style}">{value:.1f}</td>')
-        body.append(f"<tr><td>{rank}</td><td>{escape(str(host.get(rank, '?')))}</td>{''.join(cells)}</tr>")
+        body.append(f"<tr><td>{rank}</td><td>{literal.html(str(host.get(rank, '?')))}</td>{''.join(cells)}</tr>")
     return ('<section id="ranks"><h2>Per-rank timings</h2><p class="meta">Each rank\'s own time per iteration at '
             "the largest size; the tables report the "
-            f"{escape(sweep['settings']['average_means'])} across ranks. The slowest rank of each column is in bold."
+            f"{literal.html(sweep['settings']['average_means'])} across ranks. "
+            "The slowest rank of each column is in bold."
             f'</p><table class="timings">{head}{"".join(body)}</table></section>\n')
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import Finding, Report
+from . import literal
 from .table import HEADERS, rank_rows
 from .text import confidence_word
 
@@ -12,7 +13,7 @@ MAX_EVIDENCE = 8
 
 
 def render_markdown(report: Report) -> str:
-    lines = [f"### nccl-doctor {report.command}: {report.verdict}", ""]
+    lines = [f"### nccl-doctor {literal.md(report.command)}: {report.verdict}", ""]
     findings = report.ordered()
     if not findings:
         lines += ["No known failure signature was recognised.", ""]
@@ -22,7 +23,7 @@ def render_markdown(report: Report) -> str:
     if rows:
         lines += ["#### Per-rank last state", "", "| " + " | ".join(HEADERS) + " |",
                   "|" + "---|" * len(HEADERS)]
-        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+        lines += ["| " + " | ".join(literal.md_cell(c) for c in row) + " |" for row in rows]
         lines.append("")
     lines += _inputs(report.facts)
     lines.append(f"<sub>nccl-doctor {report.to_json()['version']}</sub>")
@@ -37,21 +38,18 @@ def _finding(finding: Finding, number: str, level: int) -> list[str]:
     if finding.hosts:
         where.append("hosts " + ", ".join(sorted(set(finding.hosts))))
     out = [
-        f"{head} {number} {finding.severity.value.upper()} `{finding.cause}`: {_inline(finding.message)}",
+        f"{head} {number} {finding.severity.value.upper()} `{finding.cause}`: {literal.md(finding.message)}",
         "",
         f"*{finding.category}* · confidence {confidence_word(finding.confidence)} ({finding.confidence:.2f})"
-        + (" · " + "; ".join(where) if where else ""),
+        + (" · " + literal.md_cell("; ".join(where)) if where else ""),
         "",
     ]
     if finding.evidence:
-        out.append("```")
-        for ev in finding.evidence[:MAX_EVIDENCE]:
-            loc = f"{ev.source}:{ev.line}" if ev.line else ev.source
-            out.append(f"{loc}: {ev.text}".replace("```", "'''"))
-        out += ["```", ""]
+        out += literal.md_code([f"{ev.source}:{ev.line}: {ev.text}" if ev.line else f"{ev.source}: {ev.text}"
+                                for ev in finding.evidence[:MAX_EVIDENCE]]) + [""]
     steps = finding.fix_steps()
     if steps:
-        out += ["**Fix**", ""] + [f"- {_inline(s)}" for s in steps] + [""]
+        out += ["**Fix**", ""] + [f"- {literal.md(s)}" for s in steps] + [""]
     if finding.secondary:
         out += ["<details><summary>secondary symptoms</summary>", ""]
         for j, sub in enumerate(finding.secondary, 1):
@@ -66,18 +64,9 @@ def _inputs(facts: dict[str, Any]) -> list[str]:
     if inputs.get("read"):
         out.append(f"Read {len(inputs['read'])} input(s), {inputs.get('lines', 0)} lines.")
     for problem in inputs.get("problems") or []:
-        out.append(f"- skipped: {_inline(problem)}")
+        out.append(f"- skipped: {literal.md_cell(problem)}")
     unrecognised = facts.get("unrecognized") or []
     if unrecognised:
-        out += ["", "Lines that look like errors:", "", "```"]
-        out += [f"{e['source']}:{e['line']}: {e['text']}".replace("```", "'''") for e in unrecognised]
-        out.append("```")
+        out += ["", "Lines that look like errors:", ""]
+        out += literal.md_code([f"{e['source']}:{e['line']}: {e['text']}" for e in unrecognised])
     return out + [""] if out else []
-
-
-def _inline(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _cell(text: str) -> str:
-    return _inline(text).replace("|", "\\|").replace("`", "'") or " "

@@ -11,6 +11,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from . import literal
+
 HEADERS = ("rank", "host", "last state", "last collective / SeqNum", "first error")
 MAX_ROWS = 64
 MAX_CELL = 90
@@ -31,7 +33,7 @@ def _cells(row: dict[str, Any]) -> tuple[str, ...]:
     error = row.get("first_error")
     error_text = ""
     if error:
-        error_text = f"{_short(error.get('message') or error['text'])} ({_where(error)})"
+        error_text = f"{literal.clipped(error.get('message') or error['text'], MAX_CELL)} ({_where(error)})"
     return (rank, row.get("host") or "", row.get("state") or "", collective, error_text)
 
 
@@ -39,11 +41,6 @@ def _where(ev: dict[str, Any]) -> str:
     source = ev.get("source", "")
     source = source.rsplit("/", 1)[-1]
     return f"{source}:{ev['line']}" if ev.get("line") else source
-
-
-def _short(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= MAX_CELL else text[:MAX_CELL - 3] + "..."
 
 
 def print_rank_table(console: Console, facts: dict[str, Any]) -> None:
@@ -54,7 +51,7 @@ def print_rank_table(console: Console, facts: dict[str, Any]) -> None:
     for header in HEADERS:
         table.add_column(header, overflow="fold")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*map(literal.text, row))
     console.print()
     console.print(table)
     total = len(facts.get("ranks") or [])

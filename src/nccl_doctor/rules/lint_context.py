@@ -18,7 +18,7 @@ else:  # pragma: no cover
 from ..catalog import read_text
 from ..catalog.env_vars import version_tuple
 from ..model import Evidence
-from ..probe.environment import redact
+from ..redact import redact
 from ..probe.infiniband import port_usable
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from ..catalog.env_vars import EnvVar, env_vars, lookup, suggest, version_tuple
 from ..model import Evidence, Finding, Severity
-from ..probe.environment import redact
+from ..redact import redact
 from .lint_context import Context, Setting
 from .nccl_parse import (NCCL_FUNCTIONS, PER_FUNCTION_SINCE, legacy_algo_proto, parse_algo_proto, stoi, strtoll,
                          torch_bool)

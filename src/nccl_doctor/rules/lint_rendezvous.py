@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..model import Evidence, Finding, Severity
-from ..probe.environment import redact
+from ..redact import redact
 from .lint_context import Context
 
 TORCHRUN_WORKER = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "GROUP_RANK")

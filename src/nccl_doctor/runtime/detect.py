@@ -21,7 +21,7 @@ from .settings import Settings, phase_rule
 
 STACK_LINES = 8
 MIN_COMMON = 5  # collectives every rank reached, needed before arrival lags mean anything
-MAX_COMPARED = 64  # collectives compared per evaluation
+MAX_COMPARED = 32  # collectives compared per evaluation: the recent ones, so a new straggler shows within ~20 steps
 MIN_LATE = 3  # late arrivals needed: one slow step is not a straggler
 
 
@@ -209,14 +209,16 @@ class Detector:
         alive = self._running(now)
         if len(alive) < 2:
             return
-        lags, times = arrival_lags({r: self.views[r].beat.get("arrivals") or [] for r in alive})
+        arrivals = {r: self.views[r].beat.get("arrivals") or [] for r in alive}
+        lags, times = arrival_lags(arrivals)
         span = times[-1] - times[0] if len(times) >= 2 else 0.0
+        unfair = unfair_cpu_waits(arrivals)
         step_times = {r: self.views[r].beat.get("step_time") for r in alive if self.views[r].beat.get("step_time")}
         steps = {r: self.views[r].beat.get("step") for r in alive if self.views[r].beat.get("step") is not None}
         for rank in alive:
             marked = any(phase_rule(p) for p in self.views[rank].beat.get("max_gap_phases") or [])
-            why = ((None if marked else self._late(rank, lags.get(rank), span)) or self._slow_steps(rank, step_times)
-                   or self._steps_behind(rank, steps, now))
+            why = ((None if marked else self._late(rank, lags.get(rank), span, unfair.get(rank, 0.0)))
+                   or self._slow_steps(rank, step_times) or self._steps_behind(rank, steps, now))
             self.streaks[rank] = self.streaks.get(rank, 0) + 1 if why else 0
             if why and self.streaks[rank] >= self.settings.straggler_polls:
                 message, evidence = why
@@ -228,27 +230,34 @@ class Detector:
                          f"loader skipping batches), CPU or GPU contention, or more work than the {len(others)} "
                          "others."]), new)
 
-    def _late(self, rank: int, lags: list[float] | None, span: float) -> tuple[str, list[Evidence]] | None:
+    def _late(self, rank: int, lags: list[float] | None, span: float,
+              waited: float = 0.0) -> tuple[str, list[Evidence]] | None:
         """Late arrivals that, added up, hold every other rank up for a large share of the time.
 
         Only the first collective after the slow work is late (the ones right after it find everyone
         there), so the measure is the waiting this rank causes per second, not how often it is late.
+        Time it spent waiting for a CPU beyond what its own CPU use explains (`waited`, see unfair_cpu_waits) is
+        not held against it: on an oversubscribed host that is the host's doing, and it moves from rank to rank.
         """
         s = self.settings
         if not lags or len(lags) < MIN_COMMON or span <= 0:
             return None
         late = [lag for lag in lags[1:] if lag >= s.straggler_min_lag]  # the span starts at the first one
-        held_up = sum(late) / span
+        held_up = max(0.0, sum(late) - waited) / span
         if len(late) < MIN_LATE or held_up < s.straggler_share:
             return None
         typical = statistics.median(late)
         third = max(1, len(late) // 3)
         first, last = statistics.mean(late[:third]), statistics.mean(late[-third:])
         trend = f", rising from {first:.2f} s to {last:.2f} s" if last >= 2 * first + s.straggler_min_lag else ""
+        evidence = [Evidence(self.who(rank), "arrival lag at the last collectives: "
+                                             + " ".join(f"{lag:.2f}" for lag in lags[-10:]) + " s")]
+        if waited > 0:
+            evidence.append(Evidence(self.who(rank), f"waited {waited:.2f} s more for a CPU than the others would have "
+                                                     "for the same work (not counted against it)"))
         return (f"reaches collectives {typical:.2f} s after the others ({len(late)} late arrivals among the last "
                 f"{len(lags)} collectives{trend}): every other rank waits for it {min(held_up, 1.0):.0%} of the time",
-                [Evidence(self.who(rank), "arrival lag at the last collectives: "
-                                          + " ".join(f"{lag:.2f}" for lag in lags[-10:]) + " s")])
+                evidence)
 
     def _slow_steps(self, rank: int, step_times: dict[int, float]) -> tuple[str, list[Evidence]] | None:
         if rank not in step_times or len(step_times) < 2:
@@ -261,12 +270,21 @@ class Detector:
                 [Evidence(self.who(rank), f"median step time {mine:.3f} s")])
 
     def _steps_behind(self, rank: int, steps: dict[int, int], now: float) -> tuple[str, list[Evidence]] | None:
-        if rank not in steps or len(steps) < 2 or self._idle(rank, now) >= self.settings.hang_after:
+        """Only for jobs whose collectives are not seen (else arrival lags tell it exactly). Steps are compared as
+        published, and beats go out at different moments: a beat older than the newest by d seconds may be
+        d / step time steps behind for that reason alone, so that much is allowed on top of `step_lag`."""
+        beat = self.views[rank].beat
+        if beat.get("seq") is not None or rank not in steps or len(steps) < 2 \
+                or self._idle(rank, now) >= self.settings.hang_after:
             return None
-        behind = statistics.median(steps.values()) - steps[rank]
-        if behind < self.settings.step_lag:
+        median = statistics.median(steps.values())
+        newest = max(self.views[r].beat.get("t") or 0.0 for r in steps)
+        stale = newest - (beat.get("t") or newest)
+        allowed = self.settings.step_lag + (stale / beat["step_time"] if beat.get("step_time") else 0.0)
+        behind = median - steps[rank]
+        if behind < allowed:
             return None
-        return (f"is {behind:.0f} steps behind the others (step {steps[rank]}, median {statistics.median(steps.values()):.0f})",
+        return (f"is {behind:.0f} steps behind the others (step {steps[rank]}, median {median:.0f})",
                 [Evidence(self.who(rank), f"step {steps[rank]}")])
 
     # ------------------------------------------------------------------ the timeout, from what was measured
@@ -321,20 +339,13 @@ def arrival_lags(arrivals: dict[int, list]) -> tuple[dict[int, list[float]], lis
     """For collectives every rank reached within its recent window: how late each rank got there, and
     the reference time of each of those collectives.
 
-    arrivals[r] = [(seq, wall time when r was first seen at or past seq), ...] in order; the first entry
-    may predate the window (the rank was already there), so only later sequence numbers count. The
+    arrivals[r] = [(seq, wall time when r was first seen at or past seq[, cpu time, cpu wait]), ...] in order; the
+    first entry may predate the window (the rank was already there), so only later sequence numbers count. The
     reference time of a collective is the lower median of the ranks' arrivals: with one straggler, the
     others lag about 0 and the straggler by how much it holds them up.
     """
-    if len(arrivals) < 2 or any(len(a) < 2 for a in arrivals.values()):
-        return {}, []
-    lo = max(a[0][0] for a in arrivals.values()) + 1
-    hi = min(a[-1][0] for a in arrivals.values())
-    if hi < lo:
-        return {}, []
-    seqs = {r: [s for s, _ in a] for r, a in arrivals.items()}
-    seen = sorted({s for ranks in seqs.values() for s in ranks if lo <= s <= hi})[-MAX_COMPARED:]
-    lags: dict[int, list[float]] = {r: [] for r in arrivals}
+    seqs, seen = _compared(arrivals)
+    lags: dict[int, list[float]] = {r: [] for r in arrivals} if seen else {}
     times = []
     for n in seen:
         at = {r: arrivals[r][bisect.bisect_left(seqs[r], n)][1] for r in arrivals}
@@ -343,6 +354,37 @@ def arrival_lags(arrivals: dict[int, list]) -> tuple[dict[int, list[float]], lis
         for r, t in at.items():
             lags[r].append(t - reference)
     return lags, times
+
+
+def unfair_cpu_waits(arrivals: dict[int, list]) -> dict[int, float]:
+    """Over the collectives arrival_lags compares: how much longer each rank's training thread waited for a CPU
+    than the others would have for its CPU time (their median wait per CPU second). A rank with more work
+    waits more on a busy host too, but in proportion; a rank the scheduler served worse waits more than that.
+    Ranks that publish no CPU times (not Linux) are left out."""
+    seqs, seen = _compared(arrivals)
+    if len(seen) < 2:
+        return {}
+    used = {}  # rank -> (seconds on a CPU, seconds waiting for one)
+    for r, entries in arrivals.items():
+        first, last = (entries[bisect.bisect_left(seqs[r], n)] for n in (seen[0], seen[-1]))
+        if len(first) >= 4 and len(last) >= 4:
+            used[r] = (last[2] - first[2], last[3] - first[3])
+    unfair = {}
+    for r, (ran, waited) in used.items():
+        rates = [w / c for o, (c, w) in used.items() if o != r and c > 0]
+        if rates:
+            unfair[r] = max(0.0, waited - statistics.median(rates) * ran)
+    return unfair
+
+
+def _compared(arrivals: dict[int, list]) -> tuple[dict[int, list[int]], list[int]]:
+    """Each rank's sequence numbers, and the last MAX_COMPARED collectives every rank reached in its window."""
+    if len(arrivals) < 2 or any(len(a) < 2 for a in arrivals.values()):
+        return {}, []
+    lo = max(a[0][0] for a in arrivals.values()) + 1
+    hi = min(a[-1][0] for a in arrivals.values())
+    seqs = {r: [e[0] for e in a] for r, a in arrivals.items()}
+    return seqs, sorted({s for ranks in seqs.values() for s in ranks if lo <= s <= hi})[-MAX_COMPARED:]
 
 
 def _innermost_python(stack: list[str]) -> str:

@@ -2,9 +2,12 @@
 
 Every `sample` seconds it reads the collective sequence number of the watched group (PyTorch counts
 collectives on entry, so a rank waiting inside collective N already reads N) and notes when it changed:
-those arrival times, compared across ranks, show who reaches collectives late. Every `beat` seconds it
-writes `hb/RANK` to the store. A rank idle for a while also publishes its training thread's stack.
-The training thread never waits on any of this; when the store stops answering the thread gives up.
+those arrival times, compared across ranks, show who reaches collectives late. With each arrival go the
+training thread's time on a CPU and time waiting for one, so far (Linux schedstat): a rank late because
+the host is oversubscribed waited for a CPU more than its work explains; a straggler had more work.
+Every `beat` seconds it writes `hb/RANK` to the store. A rank idle for a while also publishes its training
+thread's stack. The training thread never waits on any of this; when the store stops answering the thread
+gives up.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ class Heartbeat(threading.Thread):
         self.pg_timeout: float | None = None
         self.seq: int | None = None
         self.seq_at = time.monotonic()  # when the sequence number last changed (or we started)
-        self.arrivals: deque[tuple[int, float]] = deque(maxlen=ARRIVALS_KEPT)
+        self.arrivals: deque[tuple] = deque(maxlen=ARRIVALS_KEPT)  # (seq, wall time, cpu time, cpu wait)
         self.max_gap = 0.0
         self.gap_phases: set[str] = set()  # phases seen during the gap now open
         self.max_gap_phases: list[str] = []
@@ -100,7 +103,7 @@ class Heartbeat(threading.Thread):
             if self.seq is not None:
                 self._close_gap(now - self.seq_at)
             self.seq, self.seq_at = seq, now
-            self.arrivals.append((seq, round(time.time(), 4)))
+            self.arrivals.append((seq, round(time.time(), 4), *cpu_times(self.progress.native_id)))
         self.gap_phases.add(self.progress.phase)
 
     def _close_gap(self, gap: float) -> None:
@@ -163,6 +166,16 @@ class Heartbeat(threading.Thread):
         stack = py_spy_stack(os.getpid(), thread)
         if stack:
             self.spy["stack"] = stack
+
+
+def cpu_times(thread: int | None) -> tuple[float, float] | tuple[()]:
+    """Seconds the thread has spent on a CPU, and runnable but waiting for one, since it started (() off Linux)."""
+    try:
+        with open(f"/proc/self/task/{thread}/schedstat") as f:
+            ran, waited = f.read().split()[:2]
+        return round(int(ran) / 1e9, 4), round(int(waited) / 1e9, 4)
+    except (OSError, ValueError):
+        return ()
 
 
 def _median(values: Any) -> float | None:
