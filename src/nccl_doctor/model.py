@@ -53,7 +53,9 @@ class Finding:
     `message` says what was seen in this case ("NCCL_SOCKET_IFNAME=eth2 matches no
     interface on node-3"); the cause's title, explanation and generic fix come from
     the catalog. `fix` holds steps specific to this case, shown before the generic ones.
-    `secondary` holds symptoms that follow from this finding (echoes on other ranks).
+    `secondary` holds symptoms that follow from this finding (echoes on other ranks). `reasons` are further
+    observations that support it; `alternative_to` names the primary cause when this finding is another
+    reading of the same evidence rather than a separate problem.
     """
 
     cause: str
@@ -65,6 +67,8 @@ class Finding:
     evidence: list[Evidence] = field(default_factory=list)
     fix: list[str] = field(default_factory=list)
     secondary: list[Finding] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    alternative_to: str | None = None
 
     def __post_init__(self) -> None:
         lookup_cause(self.cause)  # an unknown cause id is a programming error: fail loudly
@@ -98,6 +102,8 @@ class Finding:
             "hosts": sorted(set(self.hosts)),
             "evidence": [e.to_json() for e in self.evidence],
             "secondary": [s.to_json() for s in self.secondary],
+            **({"reasons": list(self.reasons)} if self.reasons else {}),
+            **({"alternative_to": self.alternative_to} if self.alternative_to else {}),
         }
 
 

@@ -48,6 +48,11 @@ class Cause:
     def confirmation(self) -> str:
         return self.confirm or categories()[self.category].confirm
 
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "category": self.category, "title": self.title, "explanation": self.explanation,
+                "fix": list(self.fix), "references": list(self.references), "explains": sorted(self.explains),
+                "symptom": self.symptom, "confirm": self.confirmation}
+
 
 @cache
 def categories() -> dict[str, Category]:

@@ -22,7 +22,7 @@ def explain(cause_id: str | None, list_all: bool, as_json: bool) -> int:
     table = causes()
     if list_all or not cause_id:
         if as_json:
-            click.echo(json.dumps([c.__dict__ for c in table.values()], indent=2))
+            click.echo(json.dumps([c.to_json() for c in table.values()], indent=2))
             return 0
         console = console_for(click.get_text_stream("stdout"))
         for category in categories():
@@ -37,13 +37,14 @@ def explain(cause_id: str | None, list_all: bool, as_json: bool) -> int:
         raise InputError(f"unknown cause '{cause_id}'{hint}")
     c = table[cause_id]
     if as_json:
-        click.echo(json.dumps(c.__dict__, indent=2))
+        click.echo(json.dumps(c.to_json(), indent=2))
         return 0
     console = console_for(click.get_text_stream("stdout"))
     console.print(f"[bold]{c.id}[/bold] ({c.category}): {literal.markup(c.title)}\n")
     console.print(literal.markup(c.explanation) + "\n")
     for step in c.fix:
         console.print(f"[green]fix:[/green] {literal.markup(step)}")
+    console.print(f"[cyan]to confirm:[/cyan] look at {literal.markup(c.confirmation)}")
     for ref in c.references:
         console.print(f"[dim]see: {literal.markup(ref)}[/dim]")
     return 0

@@ -15,6 +15,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..redact import redact_text
 from . import flight_recorder as fr
 from .attribution import LineInfo, attribute, rank_from_path
 from .engine import Engine, default_engine
@@ -302,8 +303,8 @@ class Collector:
         key = self._identify(source, file_rank, info)
         order = (self.source_index, line_no)
         for sig, caps in matched:
-            event = Event(sig=sig, source=source.name, line=line_no, text=text.strip()[:MAX_TEXT],
-                          message=info.message.strip()[:MAX_TEXT],
+            event = Event(sig=sig, source=source.name, line=line_no, text=kept(text),
+                          message=kept(info.message),
                           caps=caps, key=key, rank=info.rank if info.rank is not None else file_rank,
                           host=info.host, pid=info.pid, ts=info.ts, ts_kind=info.ts_kind, order=order)
             self._record(event)
@@ -425,13 +426,13 @@ class Collector:
         proc = self._proc(key)
         order = (self.source_index, line_no)
         if order > proc.last_line_order:
-            proc.last_line, proc.last_line_order = (source.name, line_no, message[:MAX_TEXT]), order
+            proc.last_line, proc.last_line_order = (source.name, line_no, kept(message)), order
         for sig in self.tail_sigs:
             if any(lit in text for lit in sig.literals):
                 caps = sig.match(message)
                 if caps is not None:
-                    event = Event(sig=sig, source=source.name, line=line_no, text=text.strip()[:MAX_TEXT],
-                                  message=message[:MAX_TEXT], caps=caps, key=key,
+                    event = Event(sig=sig, source=source.name, line=line_no, text=kept(text),
+                                  message=kept(message), caps=caps, key=key,
                                   rank=info.rank if info.rank is not None else file_rank,
                                   host=info.host, pid=info.pid, order=order)
                     proc.colls.append((int(caps["opcount"], 16), caps["op"], int(caps["count"]),
@@ -539,6 +540,11 @@ def _transport_name(raw: str) -> str:
     if "shared memory" in raw or raw.startswith("SHM"):
         return "SHM"
     return raw
+
+
+def kept(text: str) -> str:
+    """A line as the report may keep it: secrets redacted first, then cut (a cut could hide a secret's shape)."""
+    return redact_text(text.strip())[:MAX_TEXT]
 
 
 def _clean(raw: bytes) -> str:

@@ -22,6 +22,7 @@ SHOWN = 0.15  # alternatives weaker than this are left out
 UNSURE = 0.5  # below this confidence the primary says what would decide
 MAX_ALTERNATIVES = 4
 MAX_SECONDARY = 6
+MAX_REASONS = 4
 
 
 @dataclass
@@ -125,18 +126,22 @@ def findings(clues: list[Clue]) -> list[Finding]:
     head = finding(primary, confidence(primary), [finding(w, w.score, [], limit=3) for w in folded])
     if head.confidence < UNSURE:
         head.fix[:0] = [what_would_decide(primary, alternatives)]
-    return [head] + [finding(w, confidence(w), []) for w in alternatives]
+    rest = [finding(w, confidence(w), []) for w in alternatives]
+    for f, w in zip(rest, alternatives):
+        if w.lines() & primary.lines():  # another reading of the primary's lines, not a problem of its own
+            f.alternative_to = primary.cause
+    return [head] + rest
 
 
 def finding(w: Weighed, confidence: float, secondary: list[Finding], limit: int = MAX_EVIDENCE) -> Finding:
     ordered = w.ordered()
     top = ordered[0]
-    also = [c.message for c in ordered[1:] if c.message and c.message != top.message][:2]
-    message = top.message + "".join(f"; also: {m}" for m in also)
+    reasons = list(dict.fromkeys(c.message for c in ordered[1:]  # a rule's reading; matched lines are evidence
+                                 if c.message and c.message != top.message and not observation(c.observation).line))
     ranks, hosts = culprits(ordered)
-    return Finding(w.cause, w.severity(), message, confidence=confidence, ranks=sorted(ranks), hosts=sorted(hosts),
+    return Finding(w.cause, w.severity(), top.message, confidence=confidence, ranks=sorted(ranks), hosts=sorted(hosts),
                    evidence=evidence(ordered, limit), fix=list(dict.fromkeys(f for c in ordered for f in c.fix)),
-                   secondary=secondary)
+                   secondary=secondary, reasons=reasons[:MAX_REASONS])
 
 
 def culprits(clues: list[Clue]) -> tuple[set[int], set[str]]:

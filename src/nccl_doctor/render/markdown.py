@@ -37,13 +37,17 @@ def _finding(finding: Finding, number: str, level: int) -> list[str]:
         where.append("ranks " + ", ".join(map(str, sorted(set(finding.ranks)))))
     if finding.hosts:
         where.append("hosts " + ", ".join(sorted(set(finding.hosts))))
+    label = "ALTERNATIVE" if finding.alternative_to else finding.severity.value.upper()
     out = [
-        f"{head} {number} {finding.severity.value.upper()} `{finding.cause}`: {literal.md(finding.message)}",
+        f"{head} {number} {label} `{finding.cause}`: {literal.md(finding.message)}",
         "",
         f"*{finding.category}* · confidence {confidence_word(finding.confidence)} ({finding.confidence:.2f})"
+        + (f" · another reading of the evidence of `{finding.alternative_to}`" if finding.alternative_to else "")
         + (" · " + literal.md_cell("; ".join(where)) if where else ""),
         "",
     ]
+    if finding.reasons:
+        out += [f"- because: {literal.md(r)}" for r in finding.reasons] + [""]
     if finding.evidence:
         out += literal.md_code([f"{ev.source}:{ev.line}: {ev.text}" if ev.line else f"{ev.source}: {ev.text}"
                                 for ev in finding.evidence[:MAX_EVIDENCE]]) + [""]

@@ -12,6 +12,7 @@ from . import literal
 
 STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 MAX_EVIDENCE = 6
+MAX_EVIDENCE_ALTERNATIVE = 2
 
 
 def confidence_word(confidence: float) -> str:
@@ -25,7 +26,10 @@ def console_for(out: TextIO) -> Console:
 
 def render_finding(console: Console, finding: Finding, number: str, indent: str = "") -> None:
     head = Text(f"{indent}{number} ")
-    head.append(finding.severity.value.upper(), style=STYLE[finding.severity])
+    if finding.alternative_to:
+        head.append("ALTERNATIVE", style="magenta")
+    else:
+        head.append(finding.severity.value.upper(), style=STYLE[finding.severity])
     head.append(f" [{finding.cause}] ", style="bold")
     head.append(literal.text(finding.message))
     console.print(head)
@@ -36,12 +40,17 @@ def render_finding(console: Console, finding: Finding, number: str, indent: str 
         where.append("hosts " + ",".join(sorted(set(finding.hosts))))
     pad = indent + "   "
     meta = f"{finding.category} · confidence {confidence_word(finding.confidence)}"
+    if finding.alternative_to:
+        meta += f" · another reading of the evidence of {finding.alternative_to}"
     console.print(f"{pad}[dim]{literal.markup(meta + ('  · ' + '; '.join(where) if where else ''))}[/dim]")
-    for ev in finding.evidence[:MAX_EVIDENCE]:
+    for reason in finding.reasons:
+        console.print(f"{pad}[cyan]because:[/cyan] {literal.markup(reason)}")
+    shown = MAX_EVIDENCE_ALTERNATIVE if finding.alternative_to else MAX_EVIDENCE
+    for ev in finding.evidence[:shown]:
         loc = f"{ev.source}:{ev.line}" if ev.line else ev.source
         console.print(f"{pad}[dim]{literal.markup(loc)}:[/dim] {literal.markup(ev.text)}")
-    if len(finding.evidence) > MAX_EVIDENCE:
-        console.print(f"{pad}[dim]... {len(finding.evidence) - MAX_EVIDENCE} more lines of evidence[/dim]")
+    if len(finding.evidence) > shown:
+        console.print(f"{pad}[dim]... {len(finding.evidence) - shown} more lines of evidence[/dim]")
     if finding.severity != Severity.INFO or finding.fix:
         for step in finding.fix_steps():
             console.print(f"{pad}[green]fix:[/green] {literal.markup(step)}")
@@ -55,8 +64,11 @@ def render_text(report: Report, out: TextIO) -> None:
     if not findings:
         console.print(f"[bold green]nccl-doctor {literal.markup(report.command)}: no problems found[/bold green]")
         return
-    counts = {s: sum(f.severity == s for f in findings) for s in Severity}
+    problems = [f for f in findings if not f.alternative_to]
+    counts = {s: sum(f.severity == s for f in problems) for s in Severity}
     summary = ", ".join(f"{n} {s.value}{'s' if n != 1 else ''}" for s, n in counts.items() if n)
+    alternatives = len(findings) - len(problems)
+    summary += f" ({alternatives} alternative reading{'s' if alternatives != 1 else ''})" if alternatives else ""
     style = "bold red" if report.verdict == "error" else "yellow" if report.verdict == "warning" else "green"
     console.print(f"[{style}]nccl-doctor {literal.markup(report.command)}: {summary}[/{style}]")
     for i, finding in enumerate(findings, 1):
