@@ -116,7 +116,8 @@ def test_shared_memory_defect_on_an_old_release():
 
 def test_shared_memory_message_on_a_release_with_the_fix_asks_for_a_newer_one():
     primary = _primary("host:1:1 [0] NCCL INFO NCCL version 2.27.3+cuda12.9\n" + MAX_SHARED)
-    assert primary.cause == "nccl-known-bug" and "newer release still" in primary.message
+    # the release judgement is the finding's reasoning ("because: ..."), under the line that shows the defect
+    assert primary.cause == "nccl-known-bug" and any("newer release still" in r for r in primary.reasons)
 
 
 def test_topology_attribute_with_old_nccl_is_the_defect():
