@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from nccl_doctor.cluster.bench.options import BenchOptions, parse_size, sizes
 from nccl_doctor.cluster.bench.sweep import average_busbw, busbw_of, combine, plan, row
-from nccl_doctor.cluster.bench.table import collective_table, sweep_text, time_text
+from nccl_doctor.render.bench import collective_table, sweep_text, time_text
 
 
 def test_sizes_walk_like_nccl_tests():

@@ -3,6 +3,7 @@
 Undocumented on purpose: NCCL_DOCTOR_FAULT is read by each rank process, e.g.
   stall:rank=2:stage=collectives:op=all_reduce   sleep forever before the op (or the stage)
   die:rank=1:op=broadcast                        start the op, then SIGKILL itself in the middle of it
+  freeze:rank=1:op=broadcast                     SIGSTOP itself before the op (alive, but no thread runs)
   skip:rank=3                                    exit before contacting the store (the rank never starts)
 Several faults are separated by ';'. A fault without rank= applies to every rank.
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 ENV = "NCCL_DOCTOR_FAULT"
-KINDS = ("stall", "die", "skip")
+KINDS = ("stall", "die", "freeze", "skip")
 
 
 @dataclass(frozen=True)
@@ -61,10 +62,12 @@ class Faults:
         return any(f.kind == "skip" for f in self.faults)
 
     def before(self, stage: str, op: str | None = None) -> None:
-        """Stall forever, or die, when a fault targets this point and needs no op in flight."""
+        """Stall forever, freeze, or die, when a fault targets this point and needs no op in flight."""
         if self._find("stall", stage, op):
             while True:
                 time.sleep(3600)
+        if self._find("freeze", stage, op):
+            os.kill(os.getpid(), signal.SIGSTOP)
         fault = self._find("die", stage, op)
         if fault and (op is None) == (fault.op is None):
             die()

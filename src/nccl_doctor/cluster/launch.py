@@ -37,7 +37,7 @@ class World:
     master_port: int
     launcher: str  # torchrun | slurm | mpirun | env | local
     agent_store: bool = False  # torchrun's agent hosts the store at MASTER_ADDR:PORT: every rank is a client
-    run_id: str = "check"  # namespaces our keys inside a store shared with the launcher
+    run_id: str = "job"  # namespaces our keys inside a store shared with the launcher
 
     def to_json(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -230,11 +230,13 @@ class LocalRanks:
     rank_env: dict[int, dict[str, str]] = field(default_factory=dict)
     procs: dict[int, subprocess.Popen] = field(default_factory=dict)
     command: str = "check"  # the nccl-doctor command each rank runs (`bench` spawns its ranks too)
+    started_at: float = 0.0  # time.time() when the first rank was started
 
     def __post_init__(self) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="nccl-doctor-local-")
 
     def start(self) -> None:
+        self.started_at = time.time()
         for rank in range(self.count):
             inherited = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_PREFIXES)}
             env = {**inherited, "RANK": str(rank), "WORLD_SIZE": str(self.count), "LOCAL_RANK": str(rank),

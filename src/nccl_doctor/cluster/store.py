@@ -20,6 +20,7 @@ from typing import Any, Callable
 from ..bounded import within
 
 POLL_FIRST, POLL_MAX = 0.002, 0.05  # judge's counter polling: fast at first, then gentle on the store
+BYE_WAIT = 3.0  # how long the store's host waits for every rank to read its last verdict
 
 
 class StoreUnreachable(Exception):
@@ -166,6 +167,22 @@ class Exchange:
 
     def counter(self, key: str, add: int = 0) -> int:
         return int(self.store.add(key, add))
+
+    def bye(self) -> None:
+        """This rank has read its last word from the store (best effort: the store may be gone)."""
+        try:
+            self.counter("bye", 1)
+        except Exception:
+            pass
+
+    def wait_for_byes(self, ranks: int, within: float = BYE_WAIT) -> None:
+        """The store's host keeps it up (bounded) until every rank has said bye, so none reads a closed store."""
+        deadline = time.monotonic() + within
+        try:
+            while self.counter("bye") < ranks and time.monotonic() < deadline:
+                time.sleep(0.02)
+        except Exception:
+            pass
 
     # -- rank side
     def publish(self, step: str, rank: int, payload: dict) -> None:

@@ -3,21 +3,22 @@
 A rank that hangs inside a collective cannot be interrupted from Python, so each rank runs a thread
 on its own store connection that beats `hb/RANK` twice a second and watches for the judge's `done`
 key: once the judge has concluded, the thread gives the main thread a moment, then ends the process
-with os._exit. The judge tells a dead (or frozen) rank from a stuck one by whether its heartbeat
-still moves, and, under `--local`, by the child's exit status.
+with os._exit. The judge tells a gone rank from a stuck one by whether its heartbeat still moves, and
+a dead rank from a frozen one (alive, but not even its heartbeat thread runs) by the process itself:
+its exit status under `--local`, its state when it runs on the judge's host.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import threading
 import time
 from typing import Any, Callable
 
-from ..model import Evidence, Finding
-from ..rules.consistency import merge_rank_findings, ranks_text
+from ..model import Evidence, Finding, fold, ranges
 from .store import Exchange
 
 BEAT = 0.5  # seconds between heartbeats
@@ -86,7 +87,7 @@ class Liveness:
             if r in exits:
                 found[r] = exit_words(exits[r])
             elif r in self._seen and self._seen[r][0] > 0 and now - self._seen[r][1] >= STALE:
-                found[r] = f"no heartbeat for {now - self._seen[r][1]:.0f} s (process dead or frozen)"
+                found[r] = f"no heartbeat for {now - self._seen[r][1]:.0f} s"
         return found
 
     def settle(self, ranks: list[int]) -> dict[int, str]:
@@ -118,21 +119,33 @@ def exit_words(code: int) -> str:
 # ------------------------------------------------------------------ the judge's account of a step
 
 def missing_findings(ctx: Any, what: str, missing: list[int], enter_step: str | None = None) -> list[Finding]:
-    """Why ranks did not finish `what`: dead, never entered, or stuck inside it. Culprits first; ranks
-    that entered and wait are their echo, attached as secondary."""
+    """Why ranks did not finish `what`: dead, frozen, never entered, or stuck inside it. Culprits first;
+    ranks that entered and wait are their echo, attached as secondary."""
     if not missing:
         return []
-    dead = ctx.liveness.settle(missing)
+    gone = ctx.liveness.settle(missing)
+    states = {r: process_state(ctx, r) for r in gone}
+    frozen = [r for r in missing if r in gone and states[r] not in (None, "gone")]
+    died = [r for r in missing if r in gone and r not in frozen]
     entered = {r for r in missing if enter_step and ctx.exchange.has(f"enter/{enter_step}/{r}")}
-    died = [r for r in missing if r in dead]
-    stalled = [r for r in missing if r not in dead and enter_step and r not in entered]
-    stuck = [r for r in missing if r not in dead and r not in stalled]
+    stalled = [r for r in missing if r not in gone and enter_step and r not in entered]
+    stuck = [r for r in missing if r not in gone and r not in stalled]
     culprits = []
     if died:
+        unsure = any(states[r] is None for r in died)
         culprits.append(Finding(
-            "rank-died", "error", f"{_name(ctx, died)} died during {what} ("
-                                  + "; ".join(dead[r] if len(died) == 1 else f"rank {r} {dead[r]}" for r in died) + ")",
-            confidence=0.95, ranks=died, hosts=ctx.hosts_of(died), evidence=_last_words(ctx, died)))
+            "rank-died", "error", f"{_name(ctx, died)} {'died or froze' if unsure else 'died'} during {what} ("
+                                  + "; ".join(gone[r] if len(died) == 1 else f"rank {r} {gone[r]}" for r in died) + ")",
+            confidence=0.7 if unsure else 0.95, ranks=died, hosts=ctx.hosts_of(died), evidence=_last_words(ctx, died)))
+    if frozen:
+        pid = ctx.identities.get(frozen[0], {}).get("pid", "PID")
+        culprits.append(Finding(
+            "rank-frozen", "error",
+            f"{_name(ctx, frozen)} froze during {what}: the process is alive ({states[frozen[0]]}) but its heartbeat "
+            f"stopped ({gone[frozen[0]]})", confidence=0.9, ranks=frozen, hosts=ctx.hosts_of(frozen),
+            evidence=[Evidence(ctx.who(r), f"process state: {states[r]}; {gone[r]}") for r in frozen[:8]],
+            fix=[f"On {ctx.host(frozen[0])}: `py-spy dump --native --pid {pid}` shows where it stands; "
+                 f"`ps -o pid,stat,wchan:32 -p {pid}` its state (T: stopped, `kill -CONT {pid}` resumes it)."]))
     if stalled:
         culprits.append(Finding(
             "rank-hang", "error", f"{_name(ctx, stalled)} never entered {what} within {ctx.options.timeout:g} s "
@@ -143,17 +156,38 @@ def missing_findings(ctx: Any, what: str, missing: list[int], enter_step: str | 
                  f"{ctx.identities.get(stalled[0], {}).get('pid', 'PID')}` on {ctx.host(stalled[0])}."]))
     if stuck:
         verb = "entered" if enter_step else "started"
+        blamed = died + frozen + stalled
         echo = Finding(
             "rank-hang", "error",
             f"{_name(ctx, stuck)} {verb} {what} and did not finish within {ctx.options.timeout:g} s"
-            + (f", waiting for rank{'s' if len(died + stalled) > 1 else ''} {ranks_text(died + stalled)}"
-               if culprits else ""),
+            + (f", waiting for rank{'s' if len(blamed) > 1 else ''} {ranges(blamed)}" if culprits else ""),
             confidence=0.6 if culprits else 0.8, ranks=stuck, hosts=ctx.hosts_of(stuck),
             evidence=[Evidence(ctx.who(r), f"{verb} {what}, no result") for r in stuck[:8]])
         if not culprits:
             return [echo]
         culprits[0].secondary.append(echo)
     return culprits
+
+
+def process_state(ctx: Any, rank: int) -> str | None:
+    """What a rank's process is doing, when the judge can see it: "gone" (ended), a state such as "stopped"
+    (it exists), or None (it runs on another host, or cannot be seen)."""
+    if ctx.local is not None and rank in ctx.local.exits():
+        return "gone"
+    ident = ctx.identities.get(rank) or {}
+    if ident.get("host") != socket.gethostname() or not ident.get("pid"):
+        return None
+    import psutil
+
+    try:
+        state = psutil.Process(ident["pid"]).status()
+    except psutil.NoSuchProcess:
+        return "gone"
+    except psutil.Error:
+        return None
+    words = {psutil.STATUS_STOPPED: "stopped: SIGSTOP, Ctrl-Z or a debugger", psutil.STATUS_TRACING_STOP:
+             "stopped by a debugger", psutil.STATUS_DISK_SLEEP: "blocked in the kernel (state D)"}
+    return "gone" if state in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) else words.get(state, f"state {state}")
 
 
 def _name(ctx: Any, ranks: list[int]) -> str:
@@ -182,4 +216,4 @@ def error_findings(ctx: Any, what: str, errors: dict[int, str], fallback: str) -
             fallback, "error", f"{what} failed on {ctx.who(rank)}: {text.splitlines()[0][:300]}",
             confidence=0.6, ranks=[rank], hosts=[ctx.host(rank)],
             evidence=[Evidence(f"rank {rank}", line[:300]) for line in text.splitlines()[:4]])]
-    return merge_rank_findings(per_rank)
+    return fold([f for rank in sorted(per_rank) for f in per_rank[rank]], order=None)
