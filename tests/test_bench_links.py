@@ -31,8 +31,9 @@ def test_round_robin_small_cases():
 
 
 def test_limit_defaults_are_the_catalog_values():
-    assert Limits.load("gloo") == Limits(slow_fraction=0.2, line_fraction=0.05)  # Gloo's rates move with CPU load
-    assert Limits.load("nccl") == Limits(slow_fraction=0.5, line_fraction=0.4)
+    assert Limits.load("nccl") == Limits()
+    assert Limits.load("gloo") == Limits(slow_fraction=0.05, asymmetry=20.0, latency_floor_us=5000.0,
+                                         line_fraction=0.05)  # Gloo's rates and latencies follow the CPU
 
 
 def nodes(*names, line=None):

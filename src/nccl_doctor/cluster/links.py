@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, Mapping
 
-from ..rules.links import Limits, Link, Node, best_of, judge_links, suspects
+from ..rules.links import Limits, Link, Node, best_of, judge_links, rate_text, suspects
 from .judge import MARGIN, JudgeContext, Outcome, Stage
 from .watchdog import missing_findings
 
@@ -120,7 +120,10 @@ class Pair:
         self.number = torch.zeros(1, dtype=torch.int64, device=device)
 
     def measure(self) -> dict:
-        """Latency, then first -> second, then second -> first; each end reports what it sent."""
+        """Latency, then first -> second, then second -> first; each end reports what it sent. One big message
+        each way first, untimed: neither direction is timed while its connection still warms up."""
+        for send in ((True, False) if self.first else (False, True)):
+            self._move([self.big], send)
         latency = self.ping_pong()
         if self.first:
             sent = self.stream_out()
@@ -185,9 +188,10 @@ class Pair:
 
 # ------------------------------------------------------------------ the stage, both sides
 
-def stage(name: str, title: str, plan_of: Callable[[Any, str, int], Plan | None],
+def stage(name: str, title: str, what: str, plan_of: Callable[[Any, str, int], Plan | None],
           skip: Callable[[JudgeContext], str | None] = lambda ctx: None) -> Stage:
-    """A link-test stage; `plan_of(options, backend, hosts)` says what it measures (None: nothing)."""
+    """A link-test stage called `what` in findings; `plan_of(options, backend, hosts)` says what it measures
+    (None: nothing)."""
 
     def plan(ctx: Any) -> Plan:
         return plan_of(ctx.options, ctx.plan["backend"], len(ctx.plan["hosts"]))
@@ -196,7 +200,7 @@ def stage(name: str, title: str, plan_of: Callable[[Any, str, int], Plan | None]
         _measure_on_rank(ctx, name, plan(ctx))
 
     def on_judge(ctx: JudgeContext) -> Outcome:
-        return _judge(ctx, name, plan(ctx))
+        return _judge(ctx, name, what, plan(ctx))
 
     def skipped(ctx: JudgeContext) -> str | None:
         reason = skip(ctx)
@@ -245,14 +249,14 @@ def _measure_on_rank(ctx: Any, name: str, plan: Plan) -> None:
         attempt += 1
 
 
-def _judge(ctx: JudgeContext, name: str, plan: Plan) -> Outcome:
+def _judge(ctx: JudgeContext, name: str, what: str, plan: Plan) -> Outcome:
     backend, ranks = ctx.plan["backend"], plan.nodes(ctx.plan["hosts"])
     lines = ctx.gather(f"{name}.line")
     nodes = {r: _node(ctx, r, plan.scope, lines.results.get(r, {})) for r in ranks}
     rounds = plan.schedule(len(ranks))
     limits, judged = Limits.load(backend), _judged(backend, nodes)
     test = _Test(ctx, name, ranks, nodes)
-    findings = missing_findings(ctx, "the link test", lines.missing, enter_step=f"{name}.line")
+    findings = missing_findings(ctx, what, lines.missing, enter_step=f"{name}.line")
     links: list[Link] = []
     if not findings:
         links, findings = test.measured(rounds, name)
@@ -266,10 +270,18 @@ def _judge(ctx: JudgeContext, name: str, plan: Plan) -> Outcome:
                   for n in nodes.values()],
         "links": [{"a": l.a, "b": l.b, "ab_Bps": l.ab, "ba_Bps": l.ba, "latency_us": round(l.latency_us, 2)}
                   for l in links]}
-    unjudged = len(links) - len(judged(links))
-    return Outcome.judged(findings, f"{len(links)} links in {len(rounds)} round{'s' if len(rounds) != 1 else ''}"
-                                    + (f", {len(retested)} measured again alone" if retested else "")
-                                    + (f"; {unjudged} inside a host not judged (Gloo: loopback)" if unjudged else ""))
+    return Outcome.judged(findings, _detail(links, len(rounds), retested, len(links) - len(judged(links))))
+
+
+def _detail(links: list[Link], rounds: int, retested: list[Link], unjudged: int) -> str:
+    text = f"{len(links)} link{'s' if len(links) != 1 else ''} in {rounds} round{'s' if rounds != 1 else ''}"
+    directions = sorted((rate, f"{a} -> {b}") for l in links for rate, a, b in ((l.ab, l.a, l.b), (l.ba, l.b, l.a)))
+    if len(links) == 1:
+        text += ": " + ", ".join(f"{name} {rate_text(rate)}" for rate, name in directions)
+    elif links:
+        text += f": slowest {directions[0][1]} {rate_text(directions[0][0])}, fastest {rate_text(directions[-1][0])}"
+    text += f", {len(retested)} measured again alone" if retested else ""
+    return text + (f"; {unjudged} inside a host not judged (Gloo: loopback)" if unjudged else "")
 
 
 def _judged(backend: str, nodes: dict[int, Node]) -> Callable[[list[Link]], list[Link]]:

@@ -26,4 +26,4 @@ def skip(ctx: JudgeContext) -> str | None:
     return None
 
 
-STAGE = stage("matrix", "Link matrix (round robin)", plan_of, skip)
+STAGE = stage("matrix", "Link matrix (round robin)", "the link matrix", plan_of, skip)

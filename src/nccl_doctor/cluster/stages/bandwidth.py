@@ -24,4 +24,4 @@ def skip(ctx: JudgeContext) -> str | None:
     return "--quick" if ctx.options.quick else None
 
 
-STAGE = stage("bandwidth", "Bandwidth sample", plan_of, skip)
+STAGE = stage("bandwidth", "Bandwidth sample", "the bandwidth sample", plan_of, skip)
