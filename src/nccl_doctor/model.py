@@ -152,7 +152,7 @@ def fold(findings: Iterable[Finding], order: Callable[[Finding], Any] | None = F
 
 def _merged(first: Finding, rest: list[Finding]) -> Finding:
     ranks, hosts, fix = dict.fromkeys(first.ranks), dict.fromkeys(first.hosts), dict.fromkeys(first.fix)
-    evidence, secondary = dict.fromkeys(first.evidence), list(first.secondary)
+    evidence, secondary, unshown = dict.fromkeys(first.evidence), list(first.secondary), []
     for shown, f in enumerate(rest, 2):
         ranks.update(dict.fromkeys(f.ranks))
         hosts.update(dict.fromkeys(f.hosts))
@@ -160,7 +160,8 @@ def _merged(first: Finding, rest: list[Finding]) -> Finding:
         secondary += [s for s in f.secondary if s not in secondary]
         if shown <= REPRESENTATIVES:
             evidence.update(dict.fromkeys(f.evidence))
-    unshown = rest[REPRESENTATIVES - 1:]
+        elif any(e not in evidence for e in f.evidence):
+            unshown.append(f)
     if unshown:
         evidence[Evidence(f"{len(unshown)} more", f"alike on {_who(unshown)}")] = None
     return replace(first, ranks=list(ranks), hosts=list(hosts), evidence=list(evidence), fix=list(fix),

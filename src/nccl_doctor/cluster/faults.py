@@ -5,6 +5,8 @@ Undocumented on purpose: NCCL_DOCTOR_FAULT is read by each rank process, e.g.
   die:rank=1:op=broadcast                        start the op, then SIGKILL itself in the middle of it
   freeze:rank=1:op=broadcast                     SIGSTOP itself before the op (alive, but no thread runs)
   skip:rank=3                                    exit before contacting the store (the rank never starts)
+  stall:rank=3:stage=start                       hang before contacting the store (a rank still starting)
+  stall:rank=1:stage=sweep:op=sweep.all_reduce.4096   hang before that size of bench's sweep
 Several faults are separated by ';'. A fault without rank= applies to every rank.
 """
 

@@ -113,6 +113,7 @@ def run_rank(world: World, options: Options, env: dict[str, str], stages: list, 
     faults = Faults.from_env(world.rank, env)
     if faults.skips_start():
         return 0
+    faults.before("start")
     host = socket.gethostname()
     hosts_store = world.rank == 0 and not world.agent_store and not local_judge
     importlib.import_module("torch.distributed")  # seconds of start-up: not part of the store's deadline

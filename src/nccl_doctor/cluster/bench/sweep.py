@@ -72,6 +72,7 @@ def on_rank(ctx: Any) -> None:
     spec = spec_of(options, n)
     for cell in plan(options, ctx.plan["backend"], n):
         entry = COLLECTIVES[cell.collective]
+        ctx.faults.before("sweep", cell.step)
         ctx.mark(cell.step)
         try:
             result = {layout: time_op(entry, cell.count, rank, n, like, spec, in_place=layout == IN_PLACE,
@@ -184,7 +185,7 @@ def _detail(rows: list[dict], cells: list[Cell]) -> str:
 
 
 def skip(ctx: JudgeContext) -> str | None:
-    return None if ctx.options.collectives else "no collective asked for"  # type: ignore[attr-defined]
+    return None if ctx.options.collectives else "not asked for (name a collective, or all)"  # type: ignore[attr-defined]
 
 
 STAGE = Stage("sweep", "Sweep (nccl-tests sizes)", on_rank, on_judge, skip=skip)

@@ -24,9 +24,9 @@ def on_rank(ctx) -> None:
                                  "torch": _torch_view()})
 
 
-def _explains(found: Finding, kept: Finding, interfaces: list[Finding]) -> bool:
+def _explains(found: Finding, kept: Finding, lint: set[int], interfaces: set[int]) -> bool:
     """A rank's own lint view of its interfaces is part of the cross-rank finding about the same ranks."""
-    return (any(kept is f for f in interfaces) and found.category == kept.category
+    return (id(found) in lint and id(kept) in interfaces and found.category == kept.category
             and bool(set(found.ranks) & set(kept.ranks)))
 
 
@@ -51,8 +51,9 @@ def on_judge(ctx: JudgeContext) -> Outcome:
     interfaces = interface_findings(facts, host_of)
     compared = (missing_findings(ctx, "publishing its fingerprint", got.missing)
                 + compare_fingerprints(facts, host_of) + compare_settings(facts, host_of) + interfaces)
+    lint_ids, interface_ids = {id(f) for f in lint_found}, {id(f) for f in interfaces}
     findings = fold(compared + lint_found + why, order=None,
-                    same=lambda found, kept: _explains(found, kept, interfaces))
+                    same=lambda found, kept: _explains(found, kept, lint_ids, interface_ids))
     ctx.plan["backend"] = backend
     ctx.facts.setdefault("world", {})["backend"] = backend
     ctx.facts["versions"] = _versions_by_host(ctx, facts)
