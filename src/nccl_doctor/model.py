@@ -172,8 +172,13 @@ def _who(findings: list[Finding]) -> str:
     ranks = {r for f in findings for r in f.ranks}
     if ranks:
         return f"rank{'s' if len(ranks) > 1 else ''} {ranges(ranks, most=8)}"
-    hosts = sorted({h for f in findings for h in f.hosts})
-    return "hosts " + ", ".join(hosts[:8]) + (f" and {len(hosts) - 8} more" if len(hosts) > 8 else "")
+    return "hosts " + names({h for f in findings for h in f.hosts})
+
+
+def names(items: Iterable[str], most: int = 4) -> str:
+    """Host names (or any names), sorted, at most `most` of them then how many more: one screen at any scale."""
+    listed = sorted(set(items))
+    return ", ".join(listed[:most]) + (f" and {len(listed) - most} more" if len(listed) > most else "")
 
 
 def ranges(values: Iterable[int], most: int | None = None) -> str:

@@ -8,17 +8,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from ..model import Finding, Report, Severity, ranges
+from ..model import Finding, Report, Severity, names, ranges
 
 STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 MAX_EVIDENCE = 6
 MAX_RUNS, MAX_HOSTS = 8, 8  # a finding names every rank and host, in ranges; past these, a count
-
-
-def hosts_text(hosts: list[str]) -> str:
-    names = sorted(set(hosts))
-    more = f" and {len(names) - MAX_HOSTS} more" if len(names) > MAX_HOSTS else ""
-    return f"host{'s' if len(names) > 1 else ''} " + ",".join(names[:MAX_HOSTS]) + more
 
 
 def confidence_word(confidence: float) -> str:
@@ -39,7 +33,7 @@ def render_finding(console: Console, finding: Finding, number: str, indent: str 
     if finding.ranks:
         where.append(f"rank{'s' if len(set(finding.ranks)) > 1 else ''} {ranges(finding.ranks, most=MAX_RUNS)}")
     if finding.hosts:
-        where.append(hosts_text(finding.hosts))
+        where.append(f"host{'s' if len(set(finding.hosts)) > 1 else ''} {names(finding.hosts, most=MAX_HOSTS)}")
     pad = indent + "   "
     meta = f"{finding.category} · confidence {confidence_word(finding.confidence)}"
     console.print(f"{pad}[dim]{escape(meta + ('  · ' + '; '.join(where) if where else ''))}[/dim]")

@@ -13,7 +13,7 @@ from functools import cache
 from typing import Any, Iterable, Mapping
 
 from ..catalog import load_toml
-from ..model import Evidence, Finding, ranges
+from ..model import Evidence, Finding, names, ranges
 
 UNKNOWN = object()  # a fact a rank could not observe: left out of comparisons
 
@@ -25,8 +25,7 @@ def rules() -> dict[str, Any]:
 
 def where(ranks: Iterable[int], host_of: Mapping[int, str]) -> str:
     ranks = sorted(set(ranks))
-    hosts = sorted({host_of.get(r, "?") for r in ranks})
-    return f"{', '.join(hosts)} (rank{'s' if len(ranks) > 1 else ''} {ranges(ranks)})"
+    return f"{names(host_of.get(r, '?') for r in ranks)} (rank{'s' if len(ranks) > 1 else ''} {ranges(ranks, most=8)})"
 
 
 def dig(facts: Mapping[str, Any], path: str) -> Any:
