@@ -8,7 +8,7 @@
 Each host gets one veth per network, named NETWORK0 (mgmt0, data0), with address PREFIX.N/24
 (N = 1, 2, ... in host order); the other ends sit in bridges inside a dedicated "switch" namespace,
 so nothing touches the root namespace's interfaces or routes. Processes see their own host name
-(`unshare --uts`). Names are unique per lab (prefixed with $NETNS_PREFIX, default "nd", so that
+(`unshare --uts`), and every host's name resolves to its address on the first network (/etc/netns/NS/hosts). Names are unique per lab (prefixed with $NETNS_PREFIX, default "nd", so that
 concurrent runs on one machine can tell theirs apart); everything, processes included, is removed on exit.
 Slow hosts and links are made with token buckets (`tc ... tbf`): `slow_host` on what a host sends,
 `slow_link` on what two hosts send each other (an htb class that a u32 filter picks by destination).
@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import uuid
+from pathlib import Path
 from typing import Mapping, Sequence
 
 IP_TIMEOUT = 10
@@ -69,8 +70,13 @@ class NetnsLab:
         for net in self.networks:
             self._ip("-n", self.switch, "link", "add", f"br-{net}", "type", "bridge")
             self._ip("-n", self.switch, "link", "set", f"br-{net}", "up")
+        first_net = next(iter(self.networks.values()))
+        names = "".join(f"{first_net}.{i} {h}\n" for i, h in enumerate(self.hosts, 1))
         for index, host in enumerate(self.hosts, 1):
             ns = self.namespaces[host]
+            hosts_file = Path("/etc/netns") / ns / "hosts"  # `ip netns exec` mounts it over /etc/hosts
+            hosts_file.parent.mkdir(parents=True, exist_ok=True)
+            hosts_file.write_text(f"127.0.0.1 localhost\n::1 localhost\n{names}")
             self._ip("netns", "add", ns)
             self._ip("-n", ns, "link", "set", "lo", "up")
             for net, prefix in self.networks.items():
@@ -95,6 +101,7 @@ class NetnsLab:
                 pass
         for ns in [*self.namespaces.values(), self.switch]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=IP_TIMEOUT)
+            shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
 
     # -- use
     def address(self, host: str, net: str) -> str:

@@ -80,11 +80,7 @@ def bench(collectives: tuple[str, ...], local: int | None, backend: str, minbyte
     Without one, all are swept, unless --matrix alone was asked for.
     """
     require_torch("bench")
-    scope = "ranks" if matrix_ranks else "hosts" if matrix else None
-    options = BenchOptions(backend=backend, timeout=timeout, collectives=_collectives(collectives, scope),
-                           minbytes=minbytes, maxbytes=maxbytes, stepfactor=stepfactor, stepbytes=stepbytes,
-                           iters=iters, warmup_iters=warmup_iters, datatype=datatype, op=op, root=root, check=check,
-                           average=average, matrix=scope, matrix_bytes=matrix_bytes, matrix_time=matrix_time)
+    options = options_from(click.get_current_context().params)
     _validate(options, html_file)
     from ..cluster.bench import stages
     from ..cluster.run import run_job
@@ -94,6 +90,15 @@ def bench(collectives: tuple[str, ...], local: int | None, backend: str, minbyte
     return run_job(options, stages(), local=local, deliver=_deliverer(as_json, html_file, stream), events=events,
                    master_addr=master_addr, master_port=master_port,
                    check_world=lambda world_size: _validate_root(options, world_size))
+
+
+def options_from(params: dict) -> BenchOptions:
+    """The options object of a parsed command line (a --local child's parses back to its parent's)."""
+    scope = "ranks" if params["matrix_ranks"] else "hosts" if params["matrix"] else None
+    fields = {k: params[k] for k in ("backend", "timeout", "minbytes", "maxbytes", "stepfactor", "stepbytes", "iters",
+                                     "warmup_iters", "datatype", "op", "root", "check", "average", "matrix_bytes",
+                                     "matrix_time")}
+    return BenchOptions(collectives=_collectives(params["collectives"], scope), matrix=scope, **fields)
 
 
 def _collectives(named: tuple[str, ...], scope: str | None) -> tuple[str, ...]:
