@@ -130,7 +130,7 @@ def fold(findings: Iterable[Finding], order: Callable[[Finding], Any] | None = F
 
     A finding with the cause and message of one kept earlier (or that `same(new, kept)` says repeats
     it) is folded into that one: ranks and hosts united, evidence kept from the first few findings with
-    a count of the rest, fixes and echoes kept once. The result is sorted by `order` (stable: the
+    a count of the rest, fixes (of the same cause) and echoes kept once. The result is sorted by `order` (stable: the
     producer's order breaks ties; None keeps it). Inputs are not changed: a finding that absorbs others
     is a copy. Repeats are found by a dictionary, so one finding per rank of a large job folds in linear time.
     """
@@ -156,7 +156,8 @@ def _merged(first: Finding, rest: list[Finding]) -> Finding:
     for shown, f in enumerate(rest, 2):
         ranks.update(dict.fromkeys(f.ranks))
         hosts.update(dict.fromkeys(f.hosts))
-        fix.update(dict.fromkeys(f.fix))
+        if f.cause == first.cause:  # a finding of another cause that this one explains brings evidence, not fixes
+            fix.update(dict.fromkeys(f.fix))
         secondary += [s for s in f.secondary if s not in secondary]
         if shown <= REPRESENTATIVES:
             evidence.update(dict.fromkeys(f.evidence))

@@ -129,6 +129,9 @@ class Judge:
             started = time.monotonic()
             try:
                 outcome = stage.on_judge(self.ctx)
+            except KeyboardInterrupt:  # the stage ends here, with what it measured (bench's rows are facts already)
+                self._record(index, Outcome("failed", "interrupted", seconds=time.monotonic() - started))
+                raise
             except Exception as exc:  # a bug in a stage must still end the run with a report
                 outcome = Outcome("failed", f"internal error: {type(exc).__name__}: {exc}")
                 if "NCCL_DOCTOR_DEBUG" in os.environ:

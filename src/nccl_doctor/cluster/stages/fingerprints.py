@@ -6,6 +6,8 @@ initialised. The judge also picks the backend for `--backend auto`: NCCL when ev
 
 from __future__ import annotations
 
+import re
+
 from ...model import Finding, fold, ranges
 from ...rules.consistency import compare_fingerprints, compare_settings, interface_findings, rules
 from ..judge import JudgeContext, Outcome, Stage
@@ -24,10 +26,21 @@ def on_rank(ctx) -> None:
                                  "torch": _torch_view()})
 
 
-def _explains(found: Finding, kept: Finding, lint: set[int], interfaces: set[int]) -> bool:
-    """A rank's own lint view of its interfaces is part of the cross-rank finding about the same ranks."""
-    return (id(found) in lint and id(kept) in interfaces and found.category == kept.category
-            and bool(set(found.ranks) & set(kept.ranks)))
+def _repeats(found: Finding, kept: Finding, lint: set[int], interfaces: dict[int, str]) -> bool:
+    """A lint finding that other ranks saw alike, up to their numbers (addresses, counts), is one finding (its
+    message gives the first rank's numbers); a rank's own lint view of its interfaces is part of the cross-rank
+    finding about the same ranks (of its own cause when there is one)."""
+    if id(found) not in lint:
+        return False
+    if id(kept) in lint:
+        return (found.cause, found.severity, _shape(found.message)) == (kept.cause, kept.severity, _shape(kept.message))
+    if id(kept) not in interfaces or not set(found.ranks) & set(kept.ranks):
+        return False
+    return found.cause == kept.cause if found.cause in interfaces.values() else found.category == kept.category
+
+
+def _shape(message: str) -> str:
+    return re.sub(r"\d+(?:[.:]\d+)*", "#", message)
 
 
 def _torch_view() -> dict:
@@ -51,9 +64,9 @@ def on_judge(ctx: JudgeContext) -> Outcome:
     interfaces = interface_findings(facts, host_of)
     compared = (missing_findings(ctx, "publishing its fingerprint", got.missing)
                 + compare_fingerprints(facts, host_of) + compare_settings(facts, host_of) + interfaces)
-    lint_ids, interface_ids = {id(f) for f in lint_found}, {id(f) for f in interfaces}
+    lint_ids, interface_ids = {id(f) for f in lint_found}, {id(f): f.cause for f in interfaces}
     findings = fold(compared + lint_found + why, order=None,
-                    same=lambda found, kept: _explains(found, kept, lint_ids, interface_ids))
+                    same=lambda found, kept: _repeats(found, kept, lint_ids, interface_ids))
     ctx.plan["backend"] = backend
     ctx.facts.setdefault("world", {})["backend"] = backend
     ctx.facts["versions"] = _versions_by_host(ctx, facts)

@@ -79,7 +79,7 @@ def _missing(ctx: JudgeContext, missing: list[int]) -> list[Finding]:
             unexplained.append(rank)
     starting = [r for r in unexplained if ctx.local and r not in exits]
     if starting:
-        findings.append(_slow_start(ctx, starting))
+        findings.append(_still_starting(ctx, starting))
     unexplained = [r for r in unexplained if r not in starting]
     if unexplained:
         ended = {r: exits[r] for r in unexplained if r in exits}
@@ -94,25 +94,33 @@ def _missing(ctx: JudgeContext, missing: list[int]) -> list[Finding]:
     return findings
 
 
-def _slow_start(ctx: JudgeContext, starting: list[int]) -> Finding:
-    """--local ranks still alive and starting at the deadline: this host starts too many too slowly."""
+def _still_starting(ctx: JudgeContext, starting: list[int]) -> Finding:
+    """--local ranks alive but not joined at the deadline: this host starts too many too slowly (the joins
+    came in until the deadline), or these few are stuck (the others joined early)."""
     waited = ctx.options.timeout + STARTUP
     took = sorted(i["joined"] - ctx.local.started_at for i in ctx.identities.values() if "joined" in i)
+    pids = ctx.local.pids()
+    if took and took[-1] < waited / 2:
+        return Finding(
+            "rank-hang", "error", f"rank{'s' if len(starting) > 1 else ''} {ranges(starting)} started but never reached "
+            f"the store within {waited:g} s although alive, while the {len(took)} others took at most {took[-1]:.1f} s: "
+            f"stuck before joining", confidence=0.85, ranks=starting, hosts=[socket.gethostname()],
+            evidence=[Evidence(f"rank {r} (pid {pids.get(r)})", "alive, never joined") for r in starting[:8]],
+            fix=[f"Look at where it stands: `py-spy dump --pid {pids.get(starting[0])}`."])
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    rate = len(took) / took[-1] if took else 0.0  # ranks joined per second
+    fix = (f"Start at most about {max(1, int(rate * waited * 0.8))} ranks here (`--local`), or give them longer: "
+           f"`--timeout {max(ctx.options.timeout * 2, ctx.world_size / rate * 1.25 - STARTUP):.0f}`." if rate else
+           "Start fewer ranks here (`--local`), or give them longer (`--timeout`).")
     measured = (f"the {len(took)} that joined took {took[0]:.1f} to {took[-1]:.1f} s (median "
-                f"{statistics.median(took):.1f} s) to start" if took else "none joined")
-    rate = len(took) / took[-1] if took and took[-1] > 0 else 0.0
-    fits = max(1, int(rate * waited * 0.8)) if rate else max(1, cpus)
-    need = ctx.world_size / rate * 1.25 if rate else None
-    fix = [f"Start at most about {fits} ranks here (`--local {fits}`)"
-           + (f", or give them longer: `--timeout {need - STARTUP:.0f}`" if need else "") + "."]
+                f"{statistics.median(took):.1f} s)" if took else "none joined")
     return Finding("local-start-slow", "error",
                    f"{len(starting)} of the {ctx.world_size} ranks that --local started on this host ({cpus} CPUs) "
                    f"were still starting after {waited:g} s; {measured}", confidence=0.9, ranks=starting,
-                   hosts=[socket.gethostname()], fix=fix,
+                   hosts=[socket.gethostname()], fix=[fix],
                    evidence=[Evidence("--local", f"{ctx.world_size} ranks started at once on {cpus} CPUs"),
-                             Evidence("rendezvous", f"{len(took)} of {ctx.world_size} joined within {waited:g} s: "
-                                                    f"ranks {ranges(ctx.identities)}")])
+                             Evidence("rendezvous", f"{len(took)} of {ctx.world_size} joined within {waited:g} s"
+                                                    + (f": ranks {ranges(ctx.identities)}" if took else ""))])
 
 
 def _exit_words(code: int) -> str:
