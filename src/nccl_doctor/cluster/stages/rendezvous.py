@@ -109,7 +109,8 @@ def _still_starting(ctx: JudgeContext, starting: list[int]) -> Finding:
             fix=[f"Look at where it stands: `py-spy dump --pid {pids.get(starting[0])}`."])
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     rate = len(took) / took[-1] if took else 0.0  # ranks joined per second
-    fix = (f"Start at most about {max(1, int(rate * waited * 0.8))} ranks here (`--local`), or give them longer: "
+    fits = max(1, int(rate * waited * 0.8))  # ranks this host starts within the deadline, with a margin
+    fix = (f"Start at most about {fits} ranks here (`--local {fits}`), or give them longer: "
            f"`--timeout {max(ctx.options.timeout * 2, ctx.world_size / rate * 1.25 - STARTUP):.0f}`." if rate else
            "Start fewer ranks here (`--local`), or give them longer (`--timeout`).")
     measured = (f"the {len(took)} that joined took {took[0]:.1f} to {took[-1]:.1f} s (median "
