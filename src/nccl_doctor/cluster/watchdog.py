@@ -5,7 +5,9 @@ on its own store connection that beats `hb/RANK` twice a second and watches for 
 key: once the judge has concluded, the thread gives the main thread a moment, then ends the process
 with os._exit. The judge tells a gone rank from a stuck one by whether its heartbeat still moves, and
 a dead rank from a frozen one (alive, but not even its heartbeat thread runs) by the process itself:
-its exit status under `--local`, its state when it runs on the judge's host.
+its exit status under `--local`, its state when it runs on the judge's host, else its state as a rank
+on its own host reads it: the judge asks (`ask`), and every rank's watch thread looks every few beats
+whether it is asked about a process of its host.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ BEAT = 0.5  # seconds between heartbeats
 STALE = 2.5  # a heartbeat that has not moved for this long belongs to a dead or frozen process
 LOST_AFTER = 8  # consecutive failed beats (4 s) before a rank concludes the store and judge are gone
 GRACE = 1.0  # how long a rank's main thread gets to leave by itself once the judge is done
+ASK_EVERY = 4  # beats between a rank's looks at whether the judge asks about a process of its host
+ASK_WAIT = 3.0  # how long the judge waits for a rank on the same host to answer
 
 
 class RankWatch(threading.Thread):
@@ -33,14 +37,18 @@ class RankWatch(threading.Thread):
     def __init__(self, exchange: Exchange, rank: int, exit_code: Callable[[], int], main_done: threading.Event) -> None:
         super().__init__(name=f"nccl-doctor-watch-{rank}", daemon=True)
         self.exchange, self.rank, self.exit_code, self.main_done = exchange, rank, exit_code, main_done
+        self.host = socket.gethostname()
 
     def run(self) -> None:
-        failures = 0
+        failures, beats = 0, 0
         while True:
             try:
                 self.exchange.counter(f"hb/{self.rank}", 1)
                 if self.exchange.has("done"):
                     self._end()
+                beats += 1
+                if beats % ASK_EVERY == 0 and self.exchange.has("ask"):
+                    self._answer(self.exchange.get("ask", 1.0))
                 failures = 0
             except Exception:
                 failures += 1
@@ -52,6 +60,12 @@ class RankWatch(threading.Thread):
     def _end(self) -> None:
         self.main_done.wait(GRACE)
         _exit(self.exit_code())
+
+    def _answer(self, asked: dict) -> None:
+        """The state of the processes of this host that the judge asks about (a peer's, never our own)."""
+        for rank, who in asked.items():
+            if who["host"] == self.host and int(rank) != self.rank and not self.exchange.has(f"state/{rank}"):
+                self.exchange.put(f"state/{rank}", pid_state(who["pid"]))
 
 
 def _exit(code: int) -> None:
@@ -124,7 +138,7 @@ def missing_findings(ctx: Any, what: str, missing: list[int], enter_step: str | 
     if not missing:
         return []
     gone = ctx.liveness.settle(missing)
-    states = {r: process_state(ctx, r) for r in gone}
+    states = process_states(ctx, list(gone))
     frozen = [r for r in missing if r in gone and states[r] not in (None, "gone")]
     died = [r for r in missing if r in gone and r not in frozen]
     entered = {r for r in missing if enter_step and ctx.exchange.has(f"enter/{enter_step}/{r}")}
@@ -169,18 +183,36 @@ def missing_findings(ctx: Any, what: str, missing: list[int], enter_step: str | 
     return culprits
 
 
-def process_state(ctx: Any, rank: int) -> str | None:
-    """What a rank's process is doing, when the judge can see it: "gone" (ended), a state such as "stopped"
-    (it exists), or None (it runs on another host, or cannot be seen)."""
-    if ctx.local is not None and rank in ctx.local.exits():
-        return "gone"
-    ident = ctx.identities.get(rank) or {}
-    if ident.get("host") != socket.gethostname() or not ident.get("pid"):
-        return None
+def process_states(ctx: Any, ranks: list[int]) -> dict[int, str | None]:
+    """What the ranks' processes are doing: "gone" (ended), a state such as "stopped" (it exists), or None
+    (cannot be told). Seen by the judge itself under --local or on its own host, else asked of the ranks
+    that share the rank's host (bounded: ASK_WAIT)."""
+    here = socket.gethostname()
+    states: dict[int, str | None] = {}
+    for rank in ranks:
+        ident = ctx.identities.get(rank) or {}
+        if ctx.local is not None and rank in ctx.local.exits():
+            states[rank] = "gone"
+        elif ident.get("host") == here and ident.get("pid"):
+            states[rank] = pid_state(ident["pid"])
+    elsewhere = {str(r): {"host": ctx.identities[r]["host"], "pid": ctx.identities[r]["pid"]}
+                 for r in ranks if r not in states and (ctx.identities.get(r) or {}).get("pid")
+                 and any(i.get("host") == ctx.identities[r]["host"] for p, i in ctx.identities.items() if p != r)}
+    if elsewhere:
+        ctx.exchange.put("ask", elsewhere)
+        deadline = time.monotonic() + ASK_WAIT
+        while time.monotonic() < deadline and not all(ctx.exchange.has(f"state/{r}") for r in elsewhere):
+            time.sleep(0.1)
+        states.update({int(r): ctx.exchange.get(f"state/{r}", 0.1) for r in elsewhere if ctx.exchange.has(f"state/{r}")})
+    return {r: states.get(r) for r in ranks}
+
+
+def pid_state(pid: int) -> str | None:
+    """A process of this host: "gone", or what it is doing (None when it cannot be seen)."""
     import psutil
 
     try:
-        state = psutil.Process(ident["pid"]).status()
+        state = psutil.Process(pid).status()
     except psutil.NoSuchProcess:
         return "gone"
     except psutil.Error:
