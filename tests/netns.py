@@ -25,6 +25,8 @@ import uuid
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import psutil
+
 IP_TIMEOUT = 10
 PREFIX = os.environ.get("NETNS_PREFIX", "nd")
 
@@ -91,6 +93,11 @@ class NetnsLab:
         """End every process started in the lab (by its own id), then delete the namespaces."""
         for proc in self.procs:
             if proc.poll() is None:
+                try:  # torchrun's workers have sessions of their own: end them first, by their ids
+                    for child in psutil.Process(proc.pid).children(recursive=True):
+                        child.kill()
+                except psutil.Error:
+                    pass
                 try:
                     os.killpg(proc.pid, signal.SIGKILL)
                 except ProcessLookupError:
