@@ -1,7 +1,11 @@
 """`nccl-doctor bench --local N`: real rank processes with Gloo on this CPU, through the CLI."""
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -106,7 +110,42 @@ def test_stalled_rank_is_named_within_the_deadline(cli, stage, args, where):
     (["-b", "12Q"], "'12Q' is not a size"),
     (["bogus_op"], "'bogus_op' is not one of"),
     (["--html", "/nonexistent/dir/x.html"], "does not exist"),
+    (["-b", "0", "-e", "0"], "nothing to measure"),
+    (["-b", "2", "-e", "3"], "nothing to measure"),
+    (["--local", "0"], "at least one rank"),
 ])
 def test_bad_arguments_give_one_line_and_exit_2(cli, args, words):
     done = cli("bench", "--local", "2", *args, timeout=60)
     assert done.returncode == 2 and words in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_rows_stream_as_measured_and_ctrl_c_keeps_them():
+    """Rank 1 stalls before the third size: the first two rows are on stdout while the run still waits; Ctrl-C
+    then ends it with what was measured, exit 130."""
+    env = {**os.environ, "NCCL_DOCTOR_FAULT": "stall:rank=1:stage=sweep:op=sweep.all_reduce.4096"}
+    env.pop("NCCL_DOCTOR_DEBUG", None)
+    proc = subprocess.Popen([sys.executable, "-m", "nccl_doctor", "bench", "all_reduce", "--local", "2", "-b", "1K",
+                             "-e", "64K", "-n", "2", "-w", "1", "--timeout", "120"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        rows = []
+        for line in proc.stdout:
+            if ROW.match(line.rstrip("\n")):
+                rows.append(line)
+            if len(rows) == 2:
+                break
+        assert len(rows) == 2 and proc.poll() is None  # printed while the stalled size still waits
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert "# interrupted: 2 sizes measured" in rest
+    assert not [line for line in rest.splitlines() if ROW.match(line)]  # the rows are not printed twice
+
+
+def test_matrix_on_one_host_says_why_on_stdout(cli):
+    done = cli("bench", "--matrix", "--local", "2", "--timeout", "30", timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Link matrix (round robin): not measured: one host" in done.stdout

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nccl_doctor.cluster.bench.links import Limits, Link, Node, best_of, judge_links, rate_text, suspects
-from nccl_doctor.cluster.bench.schedule import round_robin
+from nccl_doctor.rules.links import Limits, Link, Node, best_of, judge_links, rate_text, suspects
+from nccl_doctor.cluster.links import ring, round_robin
 
 GB = 1e9
 LIMITS = Limits()  # the dataclass defaults equal catalog/bench.toml's [links] (test below)
@@ -31,8 +31,9 @@ def test_round_robin_small_cases():
 
 
 def test_limit_defaults_are_the_catalog_values():
-    assert Limits.load("gloo") == Limits(line_fraction=0.05)
-    assert Limits.load("nccl").line_fraction == 0.4
+    assert Limits.load("nccl") == Limits()
+    assert Limits.load("gloo") == Limits(slow_fraction=0.05, asymmetry=20.0, latency_floor_us=5000.0,
+                                         line_fraction=0.05)  # Gloo's rates and latencies follow the CPU
 
 
 def nodes(*names, line=None):
@@ -119,3 +120,31 @@ def test_suspects_and_best_of():
 
 def test_rate_text():
     assert [rate_text(x) for x in (2.5e6, 1.234e9, 999)] == ["2.5 MB/s", "1.23 GB/s", "0.999 KB/s"]
+
+
+@given(st.integers(min_value=0, max_value=64))
+def test_ring_gives_every_node_two_links_in_at_most_three_disjoint_rounds(n):
+    rounds = ring(n)
+    pairs = [p for r in rounds for p in r]
+    assert len(rounds) <= 3 and len(pairs) == len(set(pairs)) == (0 if n < 2 else 1 if n == 2 else n)
+    for r in rounds:
+        ends = [x for p in r for x in p]
+        assert len(ends) == len(set(ends))
+    if n > 2:
+        assert all(sum(i in p for p in pairs) == 2 for i in range(n))
+
+
+def test_two_hosts_one_slow_direction_names_the_direction():
+    """With two hosts, the slow direction is all that can be told: against the other direction and the line rate."""
+    two = nodes("h1", "h2", line=10)
+    [f] = judge_links(two, [Link("h1", "h2", 1.1 * GB, 3.75e6, 40.0)], Limits.load("gloo"))
+    assert (f.cause, f.severity.value, f.hosts) == ("slow-link", "error", ["h1", "h2"])
+    assert "slow from h2 to h1" in f.message and "h2's transmit side, h1's receive side" in f.message
+    [f] = judge_links(two, [Link("h1", "h2", 3.75e6, 3.9e6, 40.0)], Limits.load("gloo"))
+    assert (f.cause, f.severity.value) == ("below-line-rate", "warning") and "two hosts" in f.message
+
+
+def test_one_slow_direction_among_many_hosts_is_that_path():
+    slow = {"h1-h3": (10 * GB, 0.2 * GB, 5.0)}
+    [f] = judge_links(nodes(*HOSTS), mesh(HOSTS, **slow), LIMITS)
+    assert (f.cause, f.hosts) == ("slow-link", ["h1", "h3"]) and "slow from h3 to h1" in f.message

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from nccl_doctor.cluster.bench.options import BenchOptions, parse_size, sizes
 from nccl_doctor.cluster.bench.sweep import average_busbw, busbw_of, combine, plan, row
-from nccl_doctor.cluster.bench.table import collective_table, sweep_text, time_text
+from nccl_doctor.render.bench import collective_table, sweep_text, time_text
 
 
 def test_sizes_walk_like_nccl_tests():
@@ -78,3 +78,26 @@ def test_table_matches_nccl_tests_layout():
     sweep = {"settings": BenchOptions().settings("gloo"), "backend": "gloo", "ranks": 4, "collectives": ["all_reduce"],
              "rows": [r], "avg_busbw": {"all_reduce": 4.077}}
     assert "step: 2(factor) warmup iters: 5 iters: 20 validation: 1 time across ranks: max (-a 3)" in sweep_text(sweep)
+
+
+@pytest.mark.parametrize("options", [
+    BenchOptions(collectives=("all_reduce",), minbytes=1024, maxbytes=4096, iters=2, check=0, datatype="half",
+                 op="avg", timeout=30.0),
+    BenchOptions(collectives=(), matrix="hosts", matrix_bytes=1 << 20, matrix_time=0.3, backend="gloo"),
+    BenchOptions(collectives=("sendrecv", "reduce"), matrix="ranks", root=1, average=1, stepfactor=1,
+                 stepbytes=4096),
+])
+def test_options_travel_to_local_ranks_as_their_command_line(options):
+    """A --local child parses the argv its parent gives it back into the same options object."""
+    from nccl_doctor.commands.bench import bench, options_from
+
+    assert options_from(bench.make_context("bench", options.argv()).params) == options
+
+
+def test_check_options_travel_too():
+    from nccl_doctor.cluster.options import Options
+    from nccl_doctor.commands.check import check
+
+    for options in (Options(), Options(backend="gloo", timeout=7.5, quick=True)):
+        params = check.make_context("check", options.argv()).params
+        assert Options(params["backend"], params["timeout"], params["quick"]) == options

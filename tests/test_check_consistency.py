@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from nccl_doctor.model import Finding
-from nccl_doctor.rules.consistency import (bandwidth_findings, compare_fingerprints, compare_settings,
-                                           device_findings, interface_findings, merge_rank_findings,
-                                           network_findings, ranks_text)
+from nccl_doctor.model import Finding, fold, ranges
+from nccl_doctor.rules.consistency import (compare_fingerprints, compare_settings, device_findings,
+                                           interface_findings, network_findings)
+from nccl_doctor.rules.links import Limits, Link, Node, judge_links
 
 BASE = json.loads((Path(__file__).parent / "fixtures/check/facts_cpu_host.json").read_text())
 
@@ -27,8 +27,8 @@ def ranks_of(hosts: dict[str, int]) -> tuple[dict[int, dict], dict[int, str]]:
 
 
 def test_ranks_text():
-    assert ranks_text([7, 0, 1, 2, 5, 8]) == "0-2,5,7-8"
-    assert ranks_text([]) == ""
+    assert ranges([7, 0, 1, 2, 5, 8]) == "0-2,5,7-8"
+    assert ranges([]) == ""
 
 
 def test_identical_ranks_have_no_differences():
@@ -150,6 +150,14 @@ def test_renamed_nic_gets_a_per_subnet_suggestion():
     assert "on h2: `export GLOO_SOCKET_IFNAME=ens9`" in facts["suggestion"]["gloo"]
 
 
+def bandwidth_findings(links):
+    """check's bandwidth sample, a ring of hosts measured at `gbps` both ways, judged by the link rule."""
+    hosts = sorted({h for link in links for h in (link["a"], link["b"])})
+    nodes = {h: Node(h, i, h) for i, h in enumerate(hosts)}
+    return judge_links(nodes, [Link(l["a"], l["b"], l["gbps"] * 1e9 / 8, l["gbps"] * 1e9 / 8, 5.0) for l in links],
+                       Limits())
+
+
 def test_bandwidth_flags_the_slow_host_not_its_neighbours():
     links = [{"a": "h1", "b": "h2", "gbps": 9.0}, {"a": "h2", "b": "h3", "gbps": 1.0},
              {"a": "h3", "b": "h4", "gbps": 1.2}, {"a": "h4", "b": "h1", "gbps": 9.5}]
@@ -169,7 +177,7 @@ def test_same_finding_on_many_ranks_is_merged():
     def seen(rank):
         return [Finding("debug-logging-off", "info", "NCCL_DEBUG is unset", ranks=[rank], hosts=[f"h{rank // 2}"])]
 
-    [f] = merge_rank_findings({r: seen(r) for r in range(4)})
+    [f] = fold([f for r in range(4) for f in seen(r)])
     assert f.ranks == [0, 1, 2, 3] and f.hosts == ["h0", "h1"]
 
 

@@ -52,10 +52,11 @@ def port_is_free(port: int) -> bool:
             return False
 
 
-def check(*args: str, fault: str | None = None, timeout: float = TIMEOUT, limit: float | None = None) -> tuple[dict, float]:
+def check(*args: str, fault: str | None = None, timeout: float = TIMEOUT, limit: float | None = None,
+          env: dict[str, str] | None = None) -> tuple[dict, float]:
     """Run check --local with JSON output; assert it ended in time and cleaned up after itself."""
     tag, port = uuid.uuid4().hex, free_port()
-    env = {**os.environ, "NCCL_DOCTOR_TEST_TAG": tag}
+    env = {**os.environ, **(env or {}), "NCCL_DOCTOR_TEST_TAG": tag}
     env.pop("NCCL_DOCTOR_DEBUG", None)
     if fault:
         env["NCCL_DOCTOR_FAULT"] = fault
@@ -106,6 +107,47 @@ def test_rank_dying_in_a_collective_is_named():
     assert stages(report)["collectives"] == "failed"
 
 
+def test_frozen_rank_is_told_from_a_dead_one():
+    report, took = check("--local", "3", "--quick", fault="freeze:rank=1:stage=collectives:op=all_reduce")
+    first = report["findings"][0]
+    assert (first["cause"], first["ranks"]) == ("rank-frozen", [1]), first
+    assert "all_reduce" in first["message"] and "stopped" in first["message"]
+    assert any("kill -CONT" in step for step in first["fix"]) and "py-spy dump" in first["fix"][0]
+    assert first["secondary"][0]["ranks"] == [0, 2]  # they wait for it in the all_reduce: echoes
+    assert took < TIMEOUT + SLACK
+
+
+def test_one_bad_setting_on_six_ranks_is_one_finding():
+    report, _ = check("--local", "6", "--quick", env={"GLOO_SOCKET_IFNAME": "eth9"})
+    [found] = [f for f in report["findings"] if f["severity"] != "info"]
+    assert (found["cause"], found["ranks"]) == ("gloo-ifname-no-match", [0, 1, 2, 3, 4, 5])
+    assert "ranks 0-5" in found["message"] and len(found["hosts"]) == 1
+    assert not [f for f in report["findings"] if f["cause"] == "debug-logging-off"]  # Gloo: NCCL is not used
+
+
+def test_local_ranks_that_cannot_start_in_time_get_advice_about_local_and_timeout():
+    """Rank r takes r x 10 s more to start (as many ranks on few CPUs do): those past the deadline (5 + 15 s)
+    are named, with the measured start times and advice about --local and --timeout, not about the launcher."""
+    report, _ = check("--local", "4", "--quick", fault="stagger:stage=start:seconds=10", timeout=5, limit=25)
+    first = report["findings"][0]
+    assert (first["cause"], first["ranks"]) == ("local-start-slow", [2, 3]), first
+    assert "still starting after 20 s" in first["message"] and "the 2 that joined took" in first["message"]
+    assert "--local" in first["fix"][0] and "--timeout" in first["fix"][0]
+    assert "--nnodes" not in json.dumps(first)
+
+
+def test_local_rank_stuck_before_joining_is_told_from_a_slow_start():
+    report, _ = check("--local", "3", "--quick", fault="stall:rank=2:stage=start", timeout=2, limit=15)
+    first = report["findings"][0]
+    assert (first["cause"], first["ranks"]) == ("rank-hang", [2]) and "stuck before joining" in first["message"]
+    assert "py-spy dump --pid" in first["fix"][0]
+
+
+def test_local_needs_at_least_one_rank(cli):
+    done = cli("check", "--local", "0", timeout=30)
+    assert done.returncode == 2 and "at least one rank" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
 def test_rank_that_never_starts():
     report, took = check("--local", "3", "--quick", fault="skip:rank=2")
     first = report["findings"][0]
@@ -144,6 +186,40 @@ def test_rank_that_cannot_reach_the_store_says_why():
     first = report["findings"][0]
     assert (first["cause"], first["ranks"]) == ("master-unreachable", [1])
     assert "connection refused" in first["message"]
+
+
+def terminal_screen(raw: bytes) -> list[str]:
+    """What a terminal shows of `raw`: a carriage return and erase-line wipes the line being written."""
+    shown = []
+    for line in raw.decode(errors="replace").replace("\r\n", "\n").split("\n"):
+        shown.append(line.split("\r\x1b[2K")[-1])
+    return shown
+
+
+def test_each_stage_is_shown_once_on_a_terminal():
+    import pty
+
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "nccl_doctor", "check", "--local", "2", "--timeout", str(TIMEOUT),
+                             "--master-port", str(free_port())], stdout=secondary, stderr=secondary,
+                            stdin=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "200"})
+    os.close(secondary)
+    raw = b""
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        raw += chunk
+    assert proc.wait(timeout=120) == 0, raw.decode(errors="replace")[-2000:]
+    os.close(primary)
+    screen = terminal_screen(raw)
+    for title in ("Rendezvous", "Fingerprints (versions, settings)", "Collectives (verified results)",
+                  "Bandwidth sample"):
+        assert sum(title in line for line in screen) == 1, (title, screen)
+    assert "no problems found" in screen[-2] or "no problems found" in "\n".join(screen)
 
 
 def _stalled_local_check(tag: str, port: int) -> subprocess.Popen:

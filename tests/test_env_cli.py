@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jsonschema
 
-from nccl_doctor.commands.env import render_facts
+from nccl_doctor.render.env import render_facts
 from nccl_doctor.probe import infiniband
 from nccl_doctor.probe.hardware import hardware_facts
 from test_topo_fakes import FakeNVML, hgx_gpu, two_socket_node

@@ -116,3 +116,27 @@ def test_preflight_names_the_rank_that_never_calls_it():
     rank0 = results[0]
     assert rank0["verdict"] == "error" and not rank0["raised"]
     assert rank0["causes"][0] == "store-timeout" and rank0["seconds"] < 40  # bounded: a few 3 s stage deadlines
+
+
+def test_preflight_and_watch_in_a_plain_python_script_without_a_launcher():
+    """The README's calls, in a script debugged alone (`python train.py`): a world of one, never an exception."""
+    import os
+    import subprocess
+
+    script = ("import json, nccl_doctor\n"
+              "report = nccl_doctor.preflight(timeout=20)\n"
+              "with nccl_doctor.watch() as w:\n"
+              "    for step in range(3):\n"
+              "        nccl_doctor.step(step)\n"
+              "print(json.dumps({'verdict': report.verdict, 'stages': report.facts['stages'],\n"
+              "                  'watch': w.stop().verdict}))\n")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "TORCHELASTIC_", "GROUP_RANK", "SLURM_",
+                                "OMPI_", "PMI_", "NCCL_DOCTOR_"))}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["verdict"] != "error" and result["watch"] == "ok"
+    stages = {s["name"]: s["status"] for s in result["stages"]}
+    assert stages["rendezvous"] == "passed" and stages["all_reduce"] == "passed"  # a world of one, verified
+    assert sum("watch() outside a distributed job" in line for line in done.stderr.splitlines()) == 1

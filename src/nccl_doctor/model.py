@@ -7,9 +7,9 @@ likely root cause comes first, and renderers print it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field, replace
 from enum import Enum
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from . import __version__
 from .catalog import cause as lookup_cause
@@ -86,6 +86,30 @@ class Finding:
     def sort_key(self) -> tuple[int, float]:
         return (self.severity.rank, -self.confidence)
 
+    def within(self, kept: Finding) -> bool:
+        """The same cause, for ranks (or, naming no rank, hosts) that `kept` already names."""
+        if self.cause != kept.cause:
+            return False
+        if self.ranks:
+            return set(self.ranks) <= set(kept.ranks)
+        return set(self.hosts) <= set(kept.hosts)
+
+    def to_wire(self) -> dict[str, Any]:
+        """Only what is specific to the case (the catalog fills in the rest): a finding's trip between processes."""
+        return {"cause": self.cause, "severity": self.severity.value, "message": self.message,
+                "confidence": self.confidence, "ranks": list(self.ranks), "hosts": list(self.hosts),
+                "fix": list(self.fix), "evidence": [[e.source, e.text, e.line] for e in self.evidence],
+                "secondary": [s.to_wire() for s in self.secondary]}
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any], rank: int | None = None, host: str | None = None) -> Finding:
+        """The finding `to_wire` sent; `rank` and `host` name the sender when the finding names nobody."""
+        return cls(d["cause"], d["severity"], d["message"], confidence=d.get("confidence", 0.9),
+                   ranks=list(d.get("ranks") or ([] if rank is None else [rank])),
+                   hosts=list(d.get("hosts") or ([] if host is None else [host])), fix=list(d.get("fix", [])),
+                   evidence=[Evidence(src, text, line) for src, text, line in d.get("evidence", [])],
+                   secondary=[cls.from_wire(s) for s in d.get("secondary", [])])
+
     def to_json(self) -> dict[str, Any]:
         c = lookup_cause(self.cause)
         return {
@@ -107,19 +131,101 @@ class Finding:
         }
 
 
+REPRESENTATIVES = 3  # a folded finding keeps the evidence of this many of the findings it folds; the rest are counted
+
+
+def fold(findings: Iterable[Finding], order: Callable[[Finding], Any] | None = Finding.sort_key,
+         same: Callable[[Finding, Finding], bool] | None = None) -> list[Finding]:
+    """One finding per cause and case, in order: the primary diagnosis first.
+
+    A finding with the cause and message of one kept earlier (or that `same(new, kept)` says repeats
+    it) is folded into that one: ranks and hosts united, evidence kept from the first few findings with
+    a count of the rest, fixes (of the same cause) and echoes kept once. The result is sorted by `order` (stable: the
+    producer's order breaks ties; None keeps it). Inputs are not changed: a finding that absorbs others
+    is a copy. Repeats are found by a dictionary, so one finding per rank of a large job folds in linear time.
+    """
+    kept: list[Finding] = []
+    exact: dict[tuple[str, str], int] = {}
+    absorbed: dict[int, list[Finding]] = {}
+    for f in findings:
+        index = exact.get((f.cause, f.message))
+        if index is None and same is not None:
+            index = next((i for i, k in enumerate(kept) if same(f, k)), None)
+        if index is None:
+            exact[(f.cause, f.message)] = len(kept)
+            kept.append(f)
+        else:
+            absorbed.setdefault(index, []).append(f)
+    folded = [_merged(f, absorbed[i]) if i in absorbed else f for i, f in enumerate(kept)]
+    return folded if order is None else sorted(folded, key=order)
+
+
+def _merged(first: Finding, rest: list[Finding]) -> Finding:
+    ranks, hosts, fix = dict.fromkeys(first.ranks), dict.fromkeys(first.hosts), dict.fromkeys(first.fix)
+    evidence, secondary, unshown = dict.fromkeys(first.evidence), list(first.secondary), []
+    for shown, f in enumerate(rest, 2):
+        ranks.update(dict.fromkeys(f.ranks))
+        hosts.update(dict.fromkeys(f.hosts))
+        if f.cause == first.cause:  # a finding of another cause that this one explains brings evidence, not fixes
+            fix.update(dict.fromkeys(f.fix))
+        secondary += [s for s in f.secondary if s not in secondary]
+        if shown <= REPRESENTATIVES:
+            evidence.update(dict.fromkeys(f.evidence))
+        elif any(e not in evidence for e in f.evidence):
+            unshown.append(f)
+    if unshown:
+        evidence[Evidence(f"{len(unshown)} more", f"alike on {_who(unshown)}")] = None
+    return replace(first, ranks=list(ranks), hosts=list(hosts), evidence=list(evidence), fix=list(fix),
+                   secondary=secondary, confidence=max(f.confidence for f in [first, *rest]))
+
+
+def _who(findings: list[Finding]) -> str:
+    ranks = {r for f in findings for r in f.ranks}
+    if ranks:
+        return f"rank{'s' if len(ranks) > 1 else ''} {ranges(ranks, most=8)}"
+    return "hosts " + names({h for f in findings for h in f.hosts})
+
+
+def names(items: Iterable[str], most: int = 4) -> str:
+    """Host names (or any names), sorted, at most `most` of them then how many more: one screen at any scale."""
+    listed = sorted(set(items))
+    return ", ".join(listed[:most]) + (f" and {len(listed) - most} more" if len(listed) > most else "")
+
+
+def ranges(values: Iterable[int], most: int | None = None) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8'; with `most`, at most that many runs, then how many values in all."""
+    runs: list[list[int]] = []
+    for v in sorted(set(values)):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    text = [f"{a}-{b}" if b > a else str(a) for a, b in runs]
+    if most is not None and len(text) > most:
+        return ",".join(text[:most]) + f",... ({sum(b - a + 1 for a, b in runs)} in all)"
+    return ",".join(text)
+
+
 @dataclass
 class Report:
-    """What a command found: findings (primary diagnosis first) and the facts behind them."""
+    """What a command found: findings, primary diagnosis first, and the facts behind them.
+
+    Findings are folded and ordered with `fold` by `order` (severity, then confidence); None keeps the
+    producer's order, for producers that rank their own (`logs`).
+    """
 
     command: str
     findings: list[Finding] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
-    keep_order: bool = False  # True when the producer already ranked findings (e.g. `logs`)
+    order: Callable[[Finding], Any] | None = Finding.sort_key
+    keep_order: InitVar[bool] = False  # the older spelling of order=None, still used by logs/
+
+    def __post_init__(self, keep_order: bool) -> None:
+        if keep_order:
+            self.order = None
 
     def ordered(self) -> list[Finding]:
-        if self.keep_order:
-            return list(self.findings)
-        return sorted(self.findings, key=Finding.sort_key)  # stable: producer order breaks ties
+        return fold(self.findings, self.order) if self.order is not None else list(self.findings)
 
     @property
     def verdict(self) -> str:

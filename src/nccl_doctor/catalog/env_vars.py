@@ -8,6 +8,7 @@ it, and the replacement. Rules judge settings against these rows; adding knowled
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from functools import cache
 
@@ -104,8 +105,7 @@ def suggest(name: str, n: int = 1, cutoff: float = 0.8) -> list[str]:
 
 
 def version_tuple(text: str | None) -> tuple[int, ...] | None:
-    """'2.21.5' -> (2, 21, 5); None for anything that is not a dotted version."""
-    if not text:
-        return None
-    parts = text.strip().split("+")[0].split(".")
-    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
+    """The leading dotted version of a text: '2.21.5' -> (2, 21, 5), '2.26.2+cuda12.8' -> (2, 26, 2),
+    'v2.18.1-1' -> (2, 18, 1); None when the text does not start with one. The one reader of versions."""
+    match = re.match(r"\s*v?(\d+(?:\.\d+)*)", text or "")
+    return tuple(int(part) for part in match.group(1).split(".")) if match else None

@@ -3,7 +3,11 @@
 Undocumented on purpose: NCCL_DOCTOR_FAULT is read by each rank process, e.g.
   stall:rank=2:stage=collectives:op=all_reduce   sleep forever before the op (or the stage)
   die:rank=1:op=broadcast                        start the op, then SIGKILL itself in the middle of it
+  freeze:rank=1:op=broadcast                     SIGSTOP itself before the op (alive, but no thread runs)
   skip:rank=3                                    exit before contacting the store (the rank never starts)
+  stall:rank=3:stage=start                       hang before contacting the store (a rank stuck starting)
+  stagger:stage=start:seconds=4                  each rank waits RANK x 4 s before contacting the store (a slow start)
+  stall:rank=1:stage=sweep:op=sweep.all_reduce.4096   hang before that size of bench's sweep
 Several faults are separated by ';'. A fault without rank= applies to every rank.
 """
 
@@ -16,7 +20,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 ENV = "NCCL_DOCTOR_FAULT"
-KINDS = ("stall", "die", "skip")
+KINDS = ("stall", "die", "freeze", "skip", "stagger")
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,7 @@ class Fault:
     rank: int | None = None
     stage: str | None = None
     op: str | None = None
+    seconds: float = 0.0
 
     def hits(self, rank: int, stage: str | None = None, op: str | None = None) -> bool:
         return ((self.rank is None or self.rank == rank)
@@ -39,7 +44,8 @@ def parse(spec: str) -> list[Fault]:
         if kind not in KINDS:
             raise ValueError(f"{ENV}: unknown fault kind {kind!r} (one of {', '.join(KINDS)})")
         opts = dict(f.split("=", 1) for f in fields)
-        faults.append(Fault(kind, int(opts["rank"]) if "rank" in opts else None, opts.get("stage"), opts.get("op")))
+        faults.append(Fault(kind, int(opts["rank"]) if "rank" in opts else None, opts.get("stage"), opts.get("op"),
+                            float(opts.get("seconds", 0))))
     return faults
 
 
@@ -61,10 +67,15 @@ class Faults:
         return any(f.kind == "skip" for f in self.faults)
 
     def before(self, stage: str, op: str | None = None) -> None:
-        """Stall forever, or die, when a fault targets this point and needs no op in flight."""
+        """Stall forever, freeze, or die, when a fault targets this point and needs no op in flight."""
         if self._find("stall", stage, op):
             while True:
                 time.sleep(3600)
+        if self._find("freeze", stage, op):
+            os.kill(os.getpid(), signal.SIGSTOP)
+        stagger = self._find("stagger", stage, op)
+        if stagger:
+            time.sleep(self.rank * stagger.seconds)
         fault = self._find("die", stage, op)
         if fault and (op is None) == (fault.op is None):
             die()

@@ -3,7 +3,8 @@
 It runs in rank 0 (a thread, so that a collective stuck on rank 0's main thread cannot stop it)
 or, under `--local`, in the parent process. Stages run in order; the verdict of each tells the
 ranks which stage comes next, or that they are done. Findings keep stage order: what an earlier,
-simpler stage found explains what a later one would only echo.
+simpler stage found explains what a later one would only echo. The judge prints nothing: it tells
+`Events` what happens (render/ draws them) and returns a Report.
 """
 
 from __future__ import annotations
@@ -14,19 +15,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
-from ..model import Finding, Report, Severity
+from ..model import Finding, Report, Severity, fold
 from .launch import LocalRanks
+from .options import Options
 from .store import Exchange, Gathered
 from .watchdog import Liveness
 
 MARGIN = 10.0  # seconds a rank waits for a verdict beyond the stage deadline (the judge's own work)
-
-
-@dataclass
-class Options:
-    backend: str = "auto"  # auto | nccl | gloo
-    timeout: float = 20.0  # deadline of each stage, and of each collective within the collectives stage
-    quick: bool = False  # skip the bandwidth stage
 
 
 @dataclass
@@ -43,6 +38,22 @@ class Outcome:
         return cls("failed" if failed else "passed", detail, findings, verdict)
 
 
+class Events:
+    """What the judge says while it runs, for whoever draws it (render/); this base hears nothing."""
+
+    def stage_started(self, index: int, total: int, title: str) -> None:
+        """Stage `index` (1-based) of `total` begins."""
+
+    def stage_ended(self, index: int, total: int, record: dict) -> None:
+        """A stage ended (or was skipped): its record, as the report's facts["stages"] holds it."""
+
+    def progress(self, what: str, done: int, total: int) -> None:
+        """Part of a long stage is done (rounds of the link test)."""
+
+    def measured(self, kind: str, item: dict) -> None:
+        """A result the user wants as soon as it exists (kind "sweep.row": one row of nccl-tests' table)."""
+
+
 @dataclass
 class JudgeContext:
     """What the judge knows so far; stages read it and add to it."""
@@ -53,6 +64,7 @@ class JudgeContext:
     launcher: str
     liveness: Liveness
     local: LocalRanks | None = None
+    events: Events = field(default_factory=Events)
     identities: dict[int, dict] = field(default_factory=dict)  # rank -> host, pid, local_rank
     plan: dict[str, Any] = field(default_factory=dict)  # decisions later stages and ranks rely on
     facts: dict[str, Any] = field(default_factory=dict)
@@ -77,32 +89,6 @@ class JudgeContext:
                                     give_up=lambda missing: self.terminating.is_set() or self.liveness.all_dead(missing))
 
 
-class Progress:
-    """Live stage progress on stderr (rank 0's terminal); silent with --json."""
-
-    def __init__(self, out: TextIO | None, total: int) -> None:
-        self.total = total
-        self.console = None
-        if out is not None:
-            from rich.console import Console
-
-            self.console = Console(file=out, highlight=False, emoji=False, soft_wrap=True)
-
-    def start(self, index: int, title: str) -> None:
-        if self.console and self.console.is_terminal:
-            self.console.print(f"[dim][{index}/{self.total}] {title} ...[/dim]")
-
-    def end(self, index: int, title: str, outcome: Outcome) -> None:
-        if not self.console:
-            return
-        style = {"passed": "green", "failed": "bold red", "skipped": "yellow"}[outcome.status]
-        timing = f" {outcome.seconds:.1f} s" if outcome.status != "skipped" else ""
-        from ..render.literal import markup
-
-        self.console.print(f"[{index}/{self.total}] {title:<34} [{style}]{outcome.status}[/{style}]{timing}"
-                           f"  [dim]{markup(outcome.detail)}[/dim]")
-
-
 @dataclass(frozen=True)
 class Stage:
     """One step of the check: what each rank does, and how the judge decides."""
@@ -117,14 +103,17 @@ class Stage:
 
 
 class Judge:
-    def __init__(self, ctx: JudgeContext, stages: list[Stage], progress: Progress) -> None:
-        self.ctx, self.stages, self.progress = ctx, stages, progress
+    def __init__(self, ctx: JudgeContext, stages: list[Stage]) -> None:
+        self.ctx, self.stages = ctx, stages
         self.outcomes: dict[str, Outcome] = {}
 
     def run(self) -> Report:
-        """Run every stage in order; always ends by telling every rank it is done."""
+        """Run every stage in order; always ends by telling every rank it is done. Interrupted (Ctrl-C,
+        SIGTERM), it reports what it had: facts["interrupted"] says so."""
         try:
             self._run_stages()
+        except KeyboardInterrupt:
+            self.ctx.facts["interrupted"] = True
         finally:
             try:
                 self.ctx.exchange.put("done", {"at": time.time()})
@@ -136,10 +125,13 @@ class Judge:
         index = 0
         while index is not None and index < len(self.stages):
             stage = self.stages[index]
-            self.progress.start(index + 1, stage.title)
+            self.ctx.events.stage_started(index + 1, len(self.stages), stage.title)
             started = time.monotonic()
             try:
                 outcome = stage.on_judge(self.ctx)
+            except KeyboardInterrupt:  # the stage ends here, with what it measured (bench's rows are facts already)
+                self._record(index, Outcome("failed", "interrupted", seconds=time.monotonic() - started))
+                raise
             except Exception as exc:  # a bug in a stage must still end the run with a report
                 outcome = Outcome("failed", f"internal error: {type(exc).__name__}: {exc}")
                 if "NCCL_DOCTOR_DEBUG" in os.environ:
@@ -155,7 +147,7 @@ class Judge:
         stage = self.stages[index]
         self.outcomes[stage.name] = outcome
         self.ctx.findings.extend(outcome.findings)
-        self.progress.end(index + 1, stage.title, outcome)
+        self.ctx.events.stage_ended(index + 1, len(self.stages), stage_record(stage, outcome))
 
     def _next(self, start: int) -> int | None:
         """The next stage to run; stages skipped on the way are recorded with their reason."""
@@ -174,27 +166,21 @@ class Judge:
         return None
 
     def report(self) -> Report:
-        findings: list[Finding] = []
-        for stage in self.stages:
-            outcome = self.outcomes.get(stage.name)
-            if outcome:
-                findings = merge(findings, sorted(outcome.findings, key=Finding.sort_key))
-        self.ctx.facts["stages"] = [
-            {"name": s.name, "title": s.title, "status": o.status, "seconds": round(o.seconds, 3), "detail": o.detail}
-            for s in self.stages if (o := self.outcomes.get(s.name))]
-        errors_first = sorted(findings, key=lambda f: f.severity.rank)  # stable: stage order within a severity
-        return Report("check", errors_first, self.ctx.facts, keep_order=True)
+        """Findings in stage order within each severity: what an earlier stage found explains what a later
+        one would only echo, so a later finding for ranks already named folds into the earlier one."""
+        found = [f for s in self.stages if (o := self.outcomes.get(s.name))
+                 for f in sorted(o.findings, key=Finding.sort_key)]
+        self.ctx.facts["stages"] = [stage_record(s, o) for s in self.stages if (o := self.outcomes.get(s.name))]
+        folded = fold(found, order=lambda f: f.severity.rank, same=Finding.within)
+        return Report(self.ctx.options.command, folded, self.ctx.facts, order=None)
 
 
-def merge(existing: list[Finding], new: list[Finding]) -> list[Finding]:
-    """Add findings, folding one that repeats a known cause for the same or fewer ranks into the first."""
-    out = list(existing)
-    for f in new:
-        same = next((e for e in out if e.cause == f.cause and (set(f.ranks) <= set(e.ranks) if f.ranks
-                                                                 else set(f.hosts) <= set(e.hosts))), None)
-        if same is None:
-            out.append(f)
-        else:
-            same.evidence.extend(ev for ev in f.evidence if ev not in same.evidence)
-    return out
+def stage_record(stage: Stage, outcome: Outcome) -> dict:
+    return {"name": stage.name, "title": stage.title, "status": outcome.status, "seconds": round(outcome.seconds, 3),
+            "detail": outcome.detail}
 
+
+def failed_to_start(command: str, finding: Finding) -> Report:
+    """The job could not begin (no store to host or reach, an inconsistent launcher): the rendezvous failed."""
+    stage = Stage("rendezvous", "Rendezvous", lambda ctx: None, lambda ctx: Outcome("failed"))
+    return Report(command, [finding], {"stages": [stage_record(stage, Outcome("failed", finding.message))]})

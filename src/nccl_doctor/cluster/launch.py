@@ -42,7 +42,7 @@ class World:
     master_port: int
     launcher: str  # torchrun | slurm | mpirun | env | local
     agent_store: bool = False  # torchrun's agent hosts the store at MASTER_ADDR:PORT: every rank is a client
-    run_id: str = "check"  # namespaces our keys inside a store shared with the launcher
+    run_id: str = "job"  # namespaces our keys inside a store shared with the launcher
 
     def to_json(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -235,12 +235,14 @@ class LocalRanks:
     rank_env: dict[int, dict[str, str]] = field(default_factory=dict)
     procs: dict[int, subprocess.Popen] = field(default_factory=dict)
     command: str = "check"  # the nccl-doctor command each rank runs (`bench` spawns its ranks too)
+    started_at: float = 0.0  # time.time() when the first rank was started
 
     def __post_init__(self) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="nccl-doctor-local-")
         self._lifeline: int | None = None
 
     def start(self) -> None:
+        self.started_at = time.time()
         child_end, self._lifeline = os.pipe()  # both non-inheritable: only the children given child_end get it
         try:
             self._spawn(child_end)

@@ -23,12 +23,12 @@ HELLO, REPLY = b"nccl-doctor?", b"nccl-doctor!"
 
 def candidates(env: Mapping[str, str], facts: Mapping[str, Any]) -> list[dict[str, Any]]:
     """(iface, address, roles) this host should listen on; roles say who would use the address."""
-    from ..probe.network import gloo_select_interfaces, nccl_select_interfaces
+    from ..probe.network import would_use
 
-    ifaces = (facts.get("network") or {}).get("interfaces") or []
-    found: dict[tuple[str, str], dict[str, Any]] = {}
-
+    network = facts.get("network") or {}
+    ifaces = network.get("interfaces") or []
     netmasks = {(i["name"], a["address"]): a.get("netmask") for i in ifaces for a in i.get("addresses", [])}
+    found: dict[tuple[str, str], dict[str, Any]] = {}
 
     def add(iface: str, address: str, role: str | None) -> None:
         if not _usable(address):
@@ -38,16 +38,9 @@ def candidates(env: Mapping[str, str], facts: Mapping[str, Any]) -> list[dict[st
         if role and role not in entry["roles"]:
             entry["roles"].append(role)
 
-    for role, chosen in (("nccl", nccl_select_interfaces(env.get("NCCL_SOCKET_IFNAME"), ifaces,
-                                                         env.get("NCCL_SOCKET_FAMILY"))),
-                         ("gloo", gloo_select_interfaces(env.get("GLOO_SOCKET_IFNAME"), ifaces))):
-        for iface in chosen[:1]:  # the first one carries bootstrap and rendezvous traffic
+    for role, chosen in would_use(env, network).items():
+        for iface in chosen["interfaces"][:1]:  # the first one carries bootstrap and rendezvous traffic
             add(iface["name"], iface["selected_address"]["address"], role)
-    if not env.get("GLOO_SOCKET_IFNAME") or len(env["GLOO_SOCKET_IFNAME"]) <= 1:
-        hostname = (facts.get("network") or {}).get("hostname") or {}
-        owners = {a["address"]: i["name"] for i in ifaces for a in i.get("addresses", [])}
-        for address in (hostname.get("addresses") or [])[:1]:  # Gloo binds to the host name's address
-            add(owners.get(address, "hostname"), address, "gloo")
     for iface in ifaces:
         if iface.get("up") and iface.get("running", True) and not iface.get("loopback"):
             for addr in iface.get("addresses", []):

@@ -3,7 +3,7 @@
 A rank never decides on its own whether the check goes on: after each stage it waits (bounded) for
 the judge's verdict, which names the next stage or ends the run. Whatever a rank cannot report
 through the store (it never reached it) goes to its stdout as one JSON line, which the `--local`
-parent reads, or, under other launchers, as a short report of its own.
+parent reads, or, under other launchers, to `deliver` as a short report of its own.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from typing import Any, Callable
 
 from ..model import Evidence, Finding, Report
 from .faults import Faults
-from .judge import MARGIN, Options
+from .judge import MARGIN, failed_to_start
 from .launch import World
+from .options import Options
 from .store import Exchange, PortInUse, StoreUnreachable, client, connect, prefixed, serve
 from .watchdog import RankWatch
 
@@ -63,11 +64,13 @@ class RankContext:
 
     def new_store_connection(self, prefix: str) -> Any:
         host, port = self.store_address
-        return prefixed(client(host, port, self.options.timeout + MARGIN), f"{KEY_ROOT}/{self.world.run_id}/{prefix}")
+        return prefixed(client(host, port, self.options.timeout + MARGIN),
+                        key_prefix(self.options.command, self.world.run_id) + prefix)
 
 
-def key_prefix(world: World) -> str:
-    return f"{KEY_ROOT}/{world.run_id}/"
+def key_prefix(command: str, run_id: str) -> str:
+    """Our keys in the store: a command's run of one job (the launcher's run id)."""
+    return f"{KEY_ROOT}/{command}/{run_id}/"
 
 
 class JoinFailure(Exception):
@@ -103,20 +106,25 @@ def open_store(world: World, hosts_store: bool, deadline: float) -> tuple[Any, t
 
 
 def run_rank(world: World, options: Options, env: dict[str, str], stages: list, *, local_judge: bool,
-             as_json: bool = False,
+             deliver: Callable[[Report], int],
              start_judge: Callable[[tuple[str, int]], Callable[[], int]] | None = None) -> int:
-    """Run this rank to the end; returns the process exit code (the judge's, on the rank that hosts it)."""
+    """Run this rank to the end; returns the process exit code (the judge's, on the rank that hosts it).
+    `deliver` draws a report this rank must give alone (it could not join, and no --local parent listens)."""
     faults = Faults.from_env(world.rank, env)
     if faults.skips_start():
         return 0
+    faults.before("start")
     host = socket.gethostname()
     hosts_store = world.rank == 0 and not world.agent_store and not local_judge
     importlib.import_module("torch.distributed")  # seconds of start-up: not part of the store's deadline
     try:
         raw, address = open_store(world, hosts_store, time.monotonic() + options.timeout)
     except JoinFailure as failure:
-        return _report_alone(failure.finding, local_judge, as_json)
-    exchange = Exchange(prefixed(raw, key_prefix(world)))
+        if local_judge:  # the --local parent reads it from our stdout
+            print(json.dumps({"join_failure": failure.finding.to_wire()}), flush=True)
+            return 1
+        return deliver(failed_to_start(options.command, failure.finding))
+    exchange = Exchange(prefixed(raw, key_prefix(options.command, world.run_id)))
     user_env = {k: v for k, v in env.items() if not k.startswith(INTERNAL_PREFIX)}  # ours are not the user's
     ctx = RankContext(world, host, exchange, user_env, faults, options, address)
     judge_code = start_judge(address) if start_judge else (lambda: 0)
@@ -130,7 +138,7 @@ def run_rank(world: World, options: Options, env: dict[str, str], stages: list, 
         _last_words(exchange, world.rank, words)
     finally:
         main_done.set()
-        _say_bye(exchange)
+        exchange.bye()
     return judge_code()
 
 
@@ -151,25 +159,3 @@ def _last_words(exchange: Exchange, rank: int, words: str) -> None:
         exchange.put(f"crash/{rank}", words)
     except Exception:
         pass
-
-
-def _say_bye(exchange: Exchange) -> None:
-    """Tell the judge we have read our last verdict (rank 0 keeps the store up until everyone has)."""
-    try:
-        exchange.counter("bye", 1)
-    except Exception:
-        pass
-
-
-def _report_alone(finding: Finding, local_judge: bool, as_json: bool) -> int:
-    """No store, so no judge: under --local tell the parent on stdout; otherwise report ourselves."""
-    if local_judge:
-        from .wire import finding_to_wire
-
-        print(json.dumps({"join_failure": finding_to_wire(finding)}), flush=True)
-        return 1
-    from ..render import emit
-
-    report = Report("check", [finding], {"stages": [{"name": "rendezvous", "title": "Rendezvous", "status": "failed",
-                                                     "seconds": 0, "detail": finding.message}]})
-    return emit(report, as_json=as_json)

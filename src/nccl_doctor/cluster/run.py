@@ -1,8 +1,10 @@
-"""Entry points of `check`: as one rank of a launched job, or as the `--local N` parent.
+"""Running `check` or `bench`: as one rank of a launcher's job, or as the `--local N` parent.
 
-Under a launcher, rank 0 runs the judge in a thread next to its own rank work. Under `--local`,
-the parent is the judge: it holds the store, spawns the ranks, reads what children that could not
-join printed, and reaps every child on every path (normal end, failure, Ctrl-C, SIGTERM).
+`run_job` is the one entry: it reads the launcher's world (cluster/launch.py) and either runs this
+process as one rank (rank 0 also judges, in a thread beside its own rank work) or starts `--local`
+ranks on this host and judges them from here, where it holds the store, reads what children that
+could not join printed, and reaps every child on every path (normal end, failure, Ctrl-C, SIGTERM).
+The report goes to `deliver` (the command's renderer), which returns the exit code.
 """
 
 from __future__ import annotations
@@ -12,19 +14,18 @@ import os
 import signal
 import socket
 import threading
-import time
 import uuid
 import warnings
-from typing import Callable, TextIO
+from typing import Any, Callable
 
-from ..model import Evidence, Finding, Report
-from .judge import MARGIN, Judge, JudgeContext, Options, Progress
-from .launch import LocalRanks, World, listen_socket, watch_parent
-from .rank import KEY_ROOT, key_prefix, run_rank
+from ..model import Evidence, Finding, InputError, Report
+from .judge import MARGIN, Events, Judge, JudgeContext, failed_to_start
+from .launch import LocalRanks, World, WorldError, default_local_ranks, detect_world, listen_socket, watch_parent
+from .options import Options
+from .rank import key_prefix, run_rank
 from .store import Exchange, client, port_holder, prefixed, serve
 from .watchdog import Liveness
 
-BYE_WAIT = 3.0  # how long the store's host waits for every rank to read its last verdict
 
 
 def quiet_torch() -> None:
@@ -34,42 +35,60 @@ def quiet_torch() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
 
 
-def _stages() -> list:
-    from .stages import STAGES
+def run_job(options: Options, stages: list, *, deliver: Callable[[Report], int], events: Events | None = None,
+            local: int | None = None, master_addr: str = "127.0.0.1", master_port: int = 0,
+            check_world: Callable[[int], None] = lambda world_size: None,
+            rank_env: Callable[[int], dict[int, dict[str, str]]] = lambda count: {}) -> int:
+    """Run `stages` as one rank of the launcher's job, or on `local` ranks started here (0: one per GPU);
+    returns the exit code. `check_world(world_size)` rejects options that do not fit the job's size
+    (InputError); `rank_env(count)` gives per-rank variables for `--local` children."""
+    env = dict(os.environ)
+    try:
+        world = None if local is not None else detect_world(env)
+    except WorldError as exc:
+        return deliver(failed_to_start(options.command, Finding(
+            exc.cause, "error", str(exc), evidence=[Evidence("launcher environment", str(exc))],
+            fix=[exc.fix] if exc.fix else [])))
+    if world is not None:
+        check_world(world.world_size)
+        return run_as_rank(world, options, stages, env, deliver=deliver, events=events)
+    count = local or default_local_ranks()
+    check_world(count)
+    report = run_local(count, options, stages, master_addr=master_addr, master_port=master_port,
+                       rank_env=rank_env(count), events=events)
+    code = deliver(report)
+    if report.facts.get("interrupted"):  # what was measured is printed; cli.py says why it ended and exits 130/143
+        raise KeyboardInterrupt
+    return code
 
-    return STAGES
 
-
-def run_as_rank(world: World, options: Options, env: dict[str, str], *, as_json: bool,
-                deliver: Callable[[Report], int], progress: TextIO | None, stages: list | None = None) -> int:
-    """This process is one rank; rank 0 also judges (unless a --local parent does). `stages`: check's by default."""
+def run_as_rank(world: World, options: Options, stages: list, env: dict[str, str], *,
+                deliver: Callable[[Report], int], events: Events | None = None) -> int:
+    """This process is one rank; rank 0 also judges (unless a --local parent does)."""
     quiet_torch()
-    stages = stages or _stages()
     local_judge = env.get("NCCL_DOCTOR_LOCAL_JUDGE") == "1"
     if local_judge:
         watch_parent(env)
     start = None
     if world.rank == 0 and not local_judge:
-        start = lambda address: _judge_thread(world, address, options, deliver, progress, stages)  # noqa: E731
-    return run_rank(world, options, env, stages, local_judge=local_judge, as_json=as_json, start_judge=start)
+        start = lambda address: _judge_thread(world, address, options, stages, deliver, events)  # noqa: E731
+    return run_rank(world, options, env, stages, local_judge=local_judge, deliver=deliver, start_judge=start)
 
 
-def _judge_thread(world: World, address: tuple[str, int], options: Options, deliver: Callable[[Report], int],
-                  progress: TextIO | None, stages: list | None = None) -> Callable[[], int]:
+def _judge_thread(world: World, address: tuple[str, int], options: Options, stages: list,
+                  deliver: Callable[[Report], int], events: Events | None) -> Callable[[], int]:
     """Start the judge beside rank 0's own work; returns a function that waits for its exit code."""
-    exchange = Exchange(prefixed(client(*address, options.timeout + MARGIN), key_prefix(world)))
+    exchange = Exchange(prefixed(client(*address, options.timeout + MARGIN), key_prefix(options.command, world.run_id)))
     ctx = JudgeContext(exchange, world.world_size, options, world.launcher, Liveness(exchange),
-                       run_token=uuid.uuid4().hex[:12])
+                       run_token=uuid.uuid4().hex[:12], events=events or Events())
     _on_sigterm(ctx.terminating)
     code: list[int] = []
 
-    stages = stages or _stages()
-
     def judge() -> None:
-        report = Judge(ctx, stages, Progress(progress, len(stages))).run()
+        report = Judge(ctx, stages).run()
         report.facts.setdefault("world", {})["master"] = f"{world.master_addr}:{world.master_port}"
         code.append(deliver(report))
-        _wait_for_byes(exchange, len(ctx.identities))
+        exchange.wait_for_byes(len(ctx.identities))
 
     thread = threading.Thread(target=judge, name="nccl-doctor-judge", daemon=True)
     thread.start()
@@ -88,38 +107,28 @@ def _on_sigterm(flag: threading.Event) -> None:
         signal.signal(signal.SIGTERM, lambda *_: flag.set())
 
 
-def _wait_for_byes(exchange: Exchange, ranks: int) -> None:
-    deadline = time.monotonic() + BYE_WAIT
-    try:
-        while exchange.counter("bye") < ranks and time.monotonic() < deadline:
-            time.sleep(0.05)
-    except Exception:
-        pass
-
-
 # ------------------------------------------------------------------ --local N
 
-def run_local(count: int, options: Options, rank_args: list[str], *, master_addr: str = "127.0.0.1",
-              master_port: int = 0, rank_env: dict[int, dict[str, str]] | None = None,
-              progress: TextIO | None = None, stages: list | None = None, command: str = "check") -> Report:
-    """Spawn `count` ranks on this host and judge them; every child is reaped before this returns.
-
-    `stages` and `command` (what each child runs) default to check's; `bench` passes its own."""
-    stages = stages or _stages()
+def run_local(count: int, options: Options, stages: list, *, master_addr: str = "127.0.0.1", master_port: int = 0,
+              rank_env: dict[int, dict[str, str]] | None = None, events: Events | None = None) -> Report:
+    """Spawn `count` ranks on this host, each running `nccl-doctor COMMAND` with the same options, and judge
+    them; every child is reaped before this returns."""
+    if count < 1:
+        raise InputError(f"--local {count}: at least one rank")
     try:
         sock = listen_socket(master_port)
     except OSError as exc:
-        return _cannot_host(master_port, exc)
+        return _cannot_host(options.command, master_port, exc)
     port = sock.getsockname()[1]
     quiet_torch()
     store = serve(port, options.timeout + MARGIN, listen_fd=sock.detach())  # up before any rank is told of it
-    local = LocalRanks(count, rank_args, master_addr, port, rank_env or {}, command=command)
+    local = LocalRanks(count, options.argv(), master_addr, port, rank_env or {}, command=options.command)
     try:  # Ctrl-C and SIGTERM (cli.py raises Terminated, a KeyboardInterrupt) end here too: the ranks are reaped
         local.start()
-        exchange = Exchange(prefixed(store, f"{KEY_ROOT}/check/"))
+        exchange = Exchange(prefixed(store, key_prefix(options.command, World.run_id)))
         ctx = JudgeContext(exchange, count, options, "local", Liveness(exchange, local.exits), local=local,
-                           run_token=uuid.uuid4().hex[:12])
-        report = Judge(ctx, stages, Progress(progress, len(stages))).run()
+                           run_token=uuid.uuid4().hex[:12], events=events or Events())
+        report = Judge(ctx, stages).run()
         report.facts.setdefault("world", {})["master"] = f"{master_addr}:{port}"
         return report
     finally:
@@ -127,15 +136,12 @@ def run_local(count: int, options: Options, rank_args: list[str], *, master_addr
         sock.close()
 
 
-def _cannot_host(port: int, exc: OSError) -> Report:
+def _cannot_host(command: str, port: int, exc: OSError) -> Report:
     in_use = exc.errno == errno.EADDRINUSE
     holder = f"; held by {port_holder(port) or 'an unknown process'}" if in_use else ""
-    finding = Finding("port-in-use" if in_use else "master-port-invalid", "error",
-                      f"cannot host the store on port {port}: {exc.strerror or exc}", hosts=[socket.gethostname()],
-                      evidence=[Evidence("bind", f"port {port}: {exc.strerror or exc}{holder}")],
-                      fix=[f"Find the holder: `ss -ltnp | grep :{port}`; stop it, or choose another --master-port "
-                           f"(0 picks a free one)."] if in_use else [])
-    return Report("check", [finding], {"stages": [{"name": "rendezvous", "title": "Rendezvous", "status": "failed",
-                                                   "seconds": 0.0, "detail": finding.message}]})
-
-
+    return failed_to_start(command, Finding(
+        "port-in-use" if in_use else "master-port-invalid", "error",
+        f"cannot host the store on port {port}: {exc.strerror or exc}", hosts=[socket.gethostname()],
+        evidence=[Evidence("bind", f"port {port}: {exc.strerror or exc}{holder}")],
+        fix=[f"Find the holder: `ss -ltnp | grep :{port}`; stop it, or choose another --master-port "
+             f"(0 picks a free one)."] if in_use else []))

@@ -16,7 +16,7 @@ import click
 
 from ..model import InputError, Report
 from ..render import emit, literal
-from .launching import require_torch
+from .job_options import require_torch
 
 POLL_FIRST = 0.2
 

@@ -140,6 +140,30 @@ def gloo_select_interfaces(spec: str | None, interfaces: list[dict]) -> list[dic
     return found
 
 
+def would_use(env: Mapping[str, str], network: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Which interfaces NCCL and Gloo would pick under `env` on the host of `network` (facts): the one place
+    that decides it. The first interface of each carries bootstrap and rendezvous traffic.
+
+    nccl: {"setting": NCCL_SOCKET_IFNAME or None, "interfaces": [...]}; gloo: {"setting", "interfaces",
+    "missing": names GLOO_SOCKET_IFNAME lists that have no address here, "via": "GLOO_SOCKET_IFNAME" or
+    "hostname" (unset: Gloo binds to the address the host name resolves to)}. Interfaces are copies of the
+    interface facts with the address used under "selected_address".
+    """
+    ifaces = list(network.get("interfaces") or [])
+    nccl_spec, gloo_spec = env.get("NCCL_SOCKET_IFNAME"), env.get("GLOO_SOCKET_IFNAME")
+    nccl = {"setting": nccl_spec if nccl_spec and len(nccl_spec) > 1 else None,
+            "interfaces": nccl_select_interfaces(nccl_spec, ifaces, env.get("NCCL_SOCKET_FAMILY"))}
+    if gloo_spec and len(gloo_spec) > 1:
+        chosen = gloo_select_interfaces(gloo_spec, ifaces)
+        found = {i["name"] for i in chosen}
+        return {"nccl": nccl, "gloo": {"setting": gloo_spec, "interfaces": chosen, "via": "GLOO_SOCKET_IFNAME",
+                                       "missing": [n for n in gloo_spec.split(",") if n not in found]}}
+    owners = {a["address"]: i for i in ifaces for a in i.get("addresses", ())}
+    named = [{**owners.get(address, {"name": "hostname"}), "selected_address": {"address": address}}
+             for address in ((network.get("hostname") or {}).get("addresses") or [])[:1]]
+    return {"nccl": nccl, "gloo": {"setting": None, "interfaces": named, "via": "hostname", "missing": []}}
+
+
 # ------------------------------------------------------------------ resolution and routes
 
 def resolve(host: str, timeout: float | None = None) -> list[str]:
@@ -241,6 +265,9 @@ def master_facts(env: Mapping[str, str], ifaces: list[dict]) -> dict[str, Any] |
 def probe(env: Mapping[str, str]) -> dict[str, Any]:
     ifaces = interfaces()
     facts: dict[str, Any] = {"interfaces": ifaces, "hostname": hostname_facts(ifaces)}
+    facts["would_use"] = {role: {**chosen, "interfaces": [{"name": i["name"], "address": i["selected_address"]["address"]}
+                                                           for i in chosen["interfaces"]]}
+                          for role, chosen in would_use(env, facts).items()}
     master = master_facts(env, ifaces)
     if master is not None:
         facts["master"] = master

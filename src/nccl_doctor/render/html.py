@@ -12,7 +12,7 @@ import re
 from . import literal
 from typing import Any
 
-from ..model import Report
+from ..model import Report, ranges
 
 SERIES_COLOURS = {"out-of-place": "#2563eb", "in-place": "#ea580c"}
 SEVERITY_COLOURS = {"error": "#b91c1c", "warning": "#b45309", "info": "#0e7490"}
@@ -98,7 +98,7 @@ def _finding(f: dict) -> str:
     if f["hosts"]:
         where.append("hosts " + ", ".join(f["hosts"]))
     if f["ranks"]:
-        where.append("ranks " + ", ".join(map(str, f["ranks"])))
+        where.append("ranks " + ranges(f["ranks"]))
     evidence = "".join(f'<li class="evidence">{literal.html(e["source"])}: {literal.html(e["text"])}</li>'
                        for e in f["evidence"][:8])
     fixes = "".join(f'<li class="fix">{_inline(step)}</li>' for step in f["fix"])
@@ -115,7 +115,7 @@ def _finding(f: dict) -> str:
 # ------------------------------------------------------------------ sweep: charts and tables
 
 def _sweep(sweep: dict) -> str:
-    from ..cluster.bench.table import sweep_text
+    from .bench import sweep_text
 
     figures = []
     for name in sweep["collectives"]:
@@ -201,7 +201,7 @@ def line_chart(series: dict[str, list[tuple[float, float]]], y_label: str, width
 # ------------------------------------------------------------------ link matrix heatmaps
 
 def _matrix(matrix: dict) -> str:
-    from ..cluster.bench.links import rate_text
+    from ..rules.links import rate_text
 
     labels = [n["label"] for n in matrix["nodes"]]
     bandwidth: dict[tuple[str, str], float] = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import Finding, Report
+from ..model import Finding, Report, ranges
 from . import literal
 from .table import HEADERS, rank_rows
 from .text import confidence_word
@@ -34,7 +34,7 @@ def _finding(finding: Finding, number: str, level: int) -> list[str]:
     head = "#" * level
     where = []
     if finding.ranks:
-        where.append("ranks " + ", ".join(map(str, sorted(set(finding.ranks)))))
+        where.append("ranks " + ranges(finding.ranks))
     if finding.hosts:
         where.append("hosts " + ", ".join(sorted(set(finding.hosts))))
     label = "ALTERNATIVE" if finding.alternative_to else finding.severity.value.upper()

@@ -7,12 +7,13 @@ from typing import TextIO
 from rich.console import Console
 from rich.text import Text
 
-from ..model import Finding, Report, Severity
+from ..model import Finding, Report, Severity, names, ranges
 from . import literal
 
 STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 MAX_EVIDENCE = 6
 MAX_EVIDENCE_ALTERNATIVE = 2
+MAX_RUNS, MAX_HOSTS = 8, 8  # a finding names every rank and host, in ranges; past these, a count
 
 
 def confidence_word(confidence: float) -> str:
@@ -35,9 +36,9 @@ def render_finding(console: Console, finding: Finding, number: str, indent: str 
     console.print(head)
     where = []
     if finding.ranks:
-        where.append("ranks " + ",".join(map(str, sorted(set(finding.ranks)))))
+        where.append(f"rank{'s' if len(set(finding.ranks)) > 1 else ''} {ranges(finding.ranks, most=MAX_RUNS)}")
     if finding.hosts:
-        where.append("hosts " + ",".join(sorted(set(finding.hosts))))
+        where.append(f"host{'s' if len(set(finding.hosts)) > 1 else ''} {names(finding.hosts, most=MAX_HOSTS)}")
     pad = indent + "   "
     meta = f"{finding.category} · confidence {confidence_word(finding.confidence)}"
     if finding.alternative_to:

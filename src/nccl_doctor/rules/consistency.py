@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import fnmatch
 import ipaddress
-import statistics
 from collections import defaultdict
 from functools import cache
 from typing import Any, Iterable, Mapping
 
 from ..catalog import load_toml
-from ..model import Evidence, Finding
+from ..model import Evidence, Finding, names, ranges
 
 UNKNOWN = object()  # a fact a rank could not observe: left out of comparisons
 
@@ -24,25 +23,9 @@ def rules() -> dict[str, Any]:
     return load_toml("consistency.toml")
 
 
-def ranks_text(ranks: Iterable[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8'."""
-    out, run = [], []
-    for r in sorted(set(ranks)):
-        if run and r == run[-1] + 1:
-            run.append(r)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [r]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(out)
-
-
 def where(ranks: Iterable[int], host_of: Mapping[int, str]) -> str:
     ranks = sorted(set(ranks))
-    hosts = sorted({host_of.get(r, "?") for r in ranks})
-    return f"{', '.join(hosts)} (rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)})"
+    return f"{names(host_of.get(r, '?') for r in ranks)} (rank{'s' if len(ranks) > 1 else ''} {ranges(ranks, most=8)})"
 
 
 def dig(facts: Mapping[str, Any], path: str) -> Any:
@@ -129,78 +112,66 @@ def _same_setting(name: str, groups: list[tuple[Any, list[int]]], host_of: Mappi
     return f"`export {name}={usual}` on {odd} too, as on the other ranks (or unset it everywhere)."
 
 
-def merge_rank_findings(per_rank: Mapping[int, list[Finding]]) -> list[Finding]:
-    """The same finding seen on many ranks (same cause and message) becomes one finding naming them all."""
-    merged: dict[tuple[str, str], Finding] = {}
-    for rank in sorted(per_rank):
-        for f in per_rank[rank]:
-            key = (f.cause, f.message)
-            if key in merged:
-                merged[key].ranks.extend(r for r in f.ranks if r not in merged[key].ranks)
-                merged[key].hosts.extend(h for h in f.hosts if h not in merged[key].hosts)
-            else:
-                merged[key] = f
-    return list(merged.values())
-
-
 # ------------------------------------------------------------------ interfaces (before the backend starts)
 
 def interface_findings(facts: Mapping[int, Mapping[str, Any]], host_of: Mapping[int, str]) -> list[Finding]:
-    """NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME that select nothing on some ranks, and why there."""
-    from ..probe.network import gloo_select_interfaces, nccl_select_interfaces
+    """NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME that select nothing on some ranks, and why there: one finding
+    per setting and interfaces seen, naming every rank and host concerned."""
+    from ..probe.network import would_use
 
-    nccl_empty, gloo_missing, names_by_rank = {}, {}, {}
-    for rank, f in facts.items():
-        env, ifaces = dig(f, "environment.variables"), dig(f, "network.interfaces")
-        if not isinstance(env, Mapping) or not isinstance(ifaces, list):
+    nccl_empty: dict[tuple, list[int]] = defaultdict(list)
+    gloo_missing: dict[tuple, list[int]] = defaultdict(list)
+    names_by_rank, looked = {}, 0
+    for rank, f in sorted(facts.items()):
+        env, network = dig(f, "environment.variables"), dig(f, "network")
+        if not isinstance(env, Mapping) or not isinstance(network, Mapping) or "interfaces" not in network:
             continue
-        names_by_rank[rank] = {i["name"]: i for i in ifaces}
-        nccl = env.get("NCCL_SOCKET_IFNAME")
-        if nccl and len(nccl) > 1 and not nccl_select_interfaces(nccl, ifaces, env.get("NCCL_SOCKET_FAMILY")):
-            nccl_empty[rank] = nccl
-        gloo = env.get("GLOO_SOCKET_IFNAME")
-        if gloo and len(gloo) > 1:
-            found = {i["name"] for i in gloo_select_interfaces(gloo, ifaces)}
-            if missing := [n for n in gloo.split(",") if n not in found]:
-                gloo_missing[rank] = (gloo, missing)
-    findings = []
-    for rank, spec in nccl_empty.items():
-        findings.append(_nccl_nothing(rank, spec, names_by_rank, host_of, ok_elsewhere=len(nccl_empty) < len(facts)))
-    for rank, (spec, missing) in gloo_missing.items():
+        looked += 1
+        names_by_rank[rank] = {i["name"]: i for i in network["interfaces"]}
+        chosen = would_use(env, network)
         have = ", ".join(n for n, i in names_by_rank[rank].items() if n != "lo" and i.get("addresses")) or "none"
+        if chosen["nccl"]["setting"] and not chosen["nccl"]["interfaces"]:
+            nccl_empty[(chosen["nccl"]["setting"], have)].append(rank)
+        if chosen["gloo"]["missing"]:
+            gloo_missing[(chosen["gloo"]["setting"], tuple(chosen["gloo"]["missing"]), have)].append(rank)
+    everywhere = sum(len(r) for r in nccl_empty.values()) == looked
+    findings = [_nccl_nothing(spec, have, ranks, names_by_rank, host_of, ok_elsewhere=not everywhere)
+                for (spec, have), ranks in nccl_empty.items()]
+    for (spec, missing, have), ranks in gloo_missing.items():
+        hosts = sorted({host_of.get(r, "?") for r in ranks})
         findings.append(Finding(
             "gloo-ifname-no-match", "error",
-            f"GLOO_SOCKET_IFNAME={spec} on rank {rank} ({host_of.get(rank, '?')}): no interface named "
-            f"{', '.join(missing)} with an address there (it has: {have})",
-            confidence=0.95, ranks=[rank], hosts=[host_of.get(rank, "?")],
-            evidence=[Evidence(f"rank {rank} environment", f"GLOO_SOCKET_IFNAME={spec}"),
-                      Evidence(f"rank {rank} interfaces", have)],
-            fix=[f"On {host_of.get(rank, '?')} set GLOO_SOCKET_IFNAME to one of: {have}."]))
-    return merge_rank_findings({0: findings})
+            f"GLOO_SOCKET_IFNAME={spec}: no interface named {', '.join(missing)} with an address on "
+            f"{where(ranks, host_of)}; interfaces there: {have}", confidence=0.95, ranks=ranks, hosts=hosts,
+            evidence=[Evidence(f"{where(ranks, host_of)} environment", f"GLOO_SOCKET_IFNAME={spec}"),
+                      Evidence(f"{where(ranks, host_of)} interfaces", have)],
+            fix=[f"Set GLOO_SOCKET_IFNAME to an interface {'it has' if len(hosts) == 1 else 'they have'}: {have}."]))
+    return findings
 
 
-def _nccl_nothing(rank: int, spec: str, names: Mapping[int, dict], host_of: Mapping[int, str],
+def _nccl_nothing(spec: str, have: str, ranks: list[int], names: Mapping[int, dict], host_of: Mapping[int, str],
                   ok_elsewhere: bool) -> Finding:
-    host, mine = host_of.get(rank, "?"), names.get(rank, {})
+    hosts = sorted({host_of.get(r, "?") for r in ranks})
+    mine = names.get(ranks[0], {})
+    on = where(ranks, host_of)
     wanted = [n.lstrip("^=") for n in spec.lstrip("^=").split(",")]
     down = [n for n in wanted if n in mine and not (mine[n].get("up") and mine[n].get("running", True))]
-    have = ", ".join(n for n in mine if n != "lo") or "none"
-    evidence = [Evidence(f"rank {rank} environment", f"NCCL_SOCKET_IFNAME={spec}"),
-                Evidence(f"rank {rank} interfaces", have)]
+    evidence = [Evidence(f"{on} environment", f"NCCL_SOCKET_IFNAME={spec}"), Evidence(f"{on} interfaces", have)]
     if down:
         return Finding("no-usable-interface", "error",
-                       f"NCCL_SOCKET_IFNAME={spec} on {host} (rank {rank}) names {', '.join(down)}, which is down "
-                       f"(no link or not up)", confidence=0.9, ranks=[rank], hosts=[host], evidence=evidence,
-                       fix=[f"Bring the link up on {host}: `ip link set {down[0]} up`, check the cable/port "
-                            f"(`ethtool {down[0]}`), or exclude {host} until fixed."])
+                       f"NCCL_SOCKET_IFNAME={spec} on {on} names {', '.join(down)}, which is down there "
+                       f"(no link or not up)", confidence=0.9, ranks=ranks, hosts=hosts, evidence=evidence,
+                       fix=[f"Bring the link up on {', '.join(hosts)}: `ip link set {down[0]} up`, check the "
+                            f"cable/port (`ethtool {down[0]}`), or exclude {'it' if len(hosts) == 1 else 'them'} "
+                            f"until fixed."])
     if ok_elsewhere:
         return Finding("ifname-differs-between-hosts", "error",
-                       f"NCCL_SOCKET_IFNAME={spec} matches no interface on {host} (rank {rank}), though it does "
-                       f"on other hosts; {host} has: {have}", confidence=0.95, ranks=[rank], hosts=[host],
-                       evidence=evidence)
+                       f"NCCL_SOCKET_IFNAME={spec} matches no interface on {on}, though it does on the other hosts; "
+                       f"{'it has' if len(hosts) == 1 else 'they have'}: {have}", confidence=0.95, ranks=ranks,
+                       hosts=hosts, evidence=evidence)
     return Finding("socket-ifname-no-match", "error",
-                   f"NCCL_SOCKET_IFNAME={spec} matches no interface on {host} (rank {rank}); it has: {have}",
-                   confidence=0.95, ranks=[rank], hosts=[host], evidence=evidence,
+                   f"NCCL_SOCKET_IFNAME={spec} matches no interface on {on}; interfaces there: {have}",
+                   confidence=0.95, ranks=ranks, hosts=hosts, evidence=evidence,
                    fix=[f"Use a name that exists, e.g. `export NCCL_SOCKET_IFNAME={_first_real(mine)}`."])
 
 
@@ -232,7 +203,7 @@ def device_findings(bindings: Mapping[int, Mapping[str, Any]], host_of: Mapping[
         masks = {bindings[r].get("visible", "<unset>") for r in ranks}
         same_mask = f"; every one of them has CUDA_VISIBLE_DEVICES={masks.pop()}" if len(masks) == 1 else ""
         findings.append(Finding(
-            "duplicate-gpu", "error", f"ranks {ranks_text(ranks)} on {host} all use GPU {uuid}{same_mask}",
+            "duplicate-gpu", "error", f"ranks {ranges(ranks)} on {host} all use GPU {uuid}{same_mask}",
             confidence=0.95, ranks=ranks, hosts=[host],
             evidence=[Evidence(f"rank {r}", f"device {bindings[r].get('device')} = {uuid}, "
                                             f"CUDA_VISIBLE_DEVICES={bindings[r].get('visible', '<unset>')}")
@@ -331,34 +302,3 @@ def _subnet(listener: Mapping[str, Any]) -> str | None:
         return str(ipaddress.ip_interface(f"{listener['address']}/{listener.get('netmask')}").network)
     except (ValueError, TypeError):
         return None
-
-
-# ------------------------------------------------------------------ bandwidth sample
-
-def bandwidth_findings(links: list[Mapping[str, Any]]) -> list[Finding]:
-    """links = [{"a": host, "b": host, "gbps": float}] -> a host slow on all its links, or one slow link."""
-    cfg = rules()["bandwidth"]
-    hosts = sorted({h for link in links for h in (link["a"], link["b"])})
-    if len(hosts) < cfg["min_hosts"] or not links:
-        return []
-    median = statistics.median(link["gbps"] for link in links)
-    slow = [link for link in links if link["gbps"] < cfg["slow_fraction"] * median]
-    findings = []
-    for host in hosts:
-        mine = [link for link in links if host in (link["a"], link["b"])]
-        if mine and all(link in slow for link in mine):
-            findings.append(Finding(
-                "slow-host", "warning",
-                f"{host} is slow on every link: {', '.join(f'{link_bw:.2f}' for link_bw in (l['gbps'] for l in mine))} "
-                f"Gbit/s against a "
-                f"median of {median:.2f} Gbit/s", confidence=0.8, hosts=[host],
-                evidence=[Evidence(f"{l['a']} <-> {l['b']}", f"{l['gbps']:.2f} Gbit/s") for l in mine]))
-    blamed = {f.hosts[0] for f in findings}
-    for link in slow:
-        if not {link["a"], link["b"]} & blamed:
-            findings.append(Finding(
-                "slow-link", "warning",
-                f"the link {link['a']} <-> {link['b']} runs at {link['gbps']:.2f} Gbit/s, median {median:.2f}",
-                confidence=0.7, hosts=[link["a"], link["b"]],
-                evidence=[Evidence(f"{link['a']} <-> {link['b']}", f"{link['gbps']:.2f} Gbit/s")]))
-    return findings

@@ -114,6 +114,13 @@ class Context:
         network = self.section("network")
         return network.get("interfaces") if network else None
 
+    @cached_property
+    def would_use(self) -> dict[str, dict[str, Any]]:
+        """Which interfaces NCCL and Gloo would pick under these settings (probe.network.would_use)."""
+        from ..probe.network import would_use
+
+        return would_use(self.effective_env, self.section("network") or {})
+
     @property
     def active_ib_ports(self) -> list[tuple[str, dict[str, Any]]]:
         """(device, port) of every InfiniBand/RoCE port NCCL could use (ACTIVE, IB or Ethernet link layer)."""

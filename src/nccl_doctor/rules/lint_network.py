@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..model import Evidence, Finding, Severity
-from ..probe.network import gloo_select_interfaces, nccl_select_interfaces
 from .lint_context import Context
 from .nccl_parse import strtoll
 
@@ -65,7 +64,7 @@ def socket_ifname(ctx: Context) -> Iterator[Finding]:
                                                     f"{_best_interface(ctx, interfaces) or 'eth0'}`."])
         return
     family = ctx.value("NCCL_SOCKET_FAMILY")
-    selected = nccl_select_interfaces(s.value, interfaces, family)
+    selected = ctx.would_use["nccl"]["interfaces"]
     if not selected:
         notes = _exists_but_unusable(s.value, interfaces)
         best = _best_interface(ctx, interfaces)
@@ -94,7 +93,7 @@ def bootstrap_interface(ctx: Context) -> Iterator[Finding]:
     spec = ctx.get("NCCL_SOCKET_IFNAME")
     spec_value = spec.value if spec and len(spec.value) > 1 else None
     family = ctx.value("NCCL_SOCKET_FAMILY")
-    selected = nccl_select_interfaces(spec_value, interfaces, family)
+    selected = ctx.would_use["nccl"]["interfaces"]
     if not selected:
         if spec_value is None:  # a NCCL_SOCKET_IFNAME that matches nothing is socket_ifname's finding
             fam = ctx.get("NCCL_SOCKET_FAMILY")
@@ -141,8 +140,7 @@ def gloo_ifname(ctx: Context) -> Iterator[Finding]:
         return
     if len(s.value) <= 1:
         return
-    found = {i["name"] for i in gloo_select_interfaces(s.value, interfaces)}
-    missing = [name for name in s.value.split(",") if name not in found]
+    missing = ctx.would_use["gloo"]["missing"]
     if not missing:
         return
     names = {i["name"] for i in interfaces}

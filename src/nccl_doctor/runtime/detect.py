@@ -15,8 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Evidence, Finding, Report
-from ..rules.consistency import ranks_text
+from ..model import Evidence, Finding, Report, ranges
 from .settings import Settings, phase_rule
 
 STACK_LINES = 8
@@ -152,7 +151,7 @@ class Detector:
         rule = phase_rule(beat.get("phase"))
         idle = self._idle(rank, now)
         timeout = self._timeout()
-        waiting = f"ranks {ranks_text(front)}" if len(front) > 1 else f"rank {front[0]}"
+        waiting = f"ranks {ranges(front)}" if len(front) > 1 else f"rank {front[0]}"
         left = f"; the {timeout:.0f} s process-group timeout fires in {max(0.0, timeout - wait):.0f} s" if timeout else ""
         if rule is None and idle >= self.settings.hang_after:
             top = _innermost_python(beat.get("stack") or [])

@@ -32,10 +32,12 @@ class Identity:
     host: str
     run_id: str  # namespaces our keys: a torchrun restart or a new SLURM step starts afresh
     world: World | None  # the launcher's view, when a launcher started us
+    alone: bool = False  # no process group and no launcher: a plain `python train.py`, a world of one
 
 
 def identity(group: Any = None, env: Mapping[str, str] | None = None) -> Identity:
-    """Rank and size from the process group when there is one, else from the launcher's variables."""
+    """Rank and size from the process group when there is one, else from the launcher's variables, else a
+    world of one (`alone`)."""
     env = os.environ if env is None else env
     try:
         world = detect_world(env)
@@ -47,8 +49,7 @@ def identity(group: Any = None, env: Mapping[str, str] | None = None) -> Identit
     elif world is not None:
         rank, size = world.rank, world.world_size
     else:
-        raise InputError("not in a distributed job: no process group and no launcher variables (RANK, WORLD_SIZE); "
-                         "call init_process_group first or start the script with torchrun")
+        return Identity(0, 1, socket.gethostname(), "job", None, alone=True)
     run_id = world.run_id if world and world.launcher in ("torchrun", "slurm") else "job"
     return Identity(rank, size, socket.gethostname(), run_id, world)
 

@@ -22,21 +22,20 @@ from datetime import timedelta
 from typing import Any, TextIO
 
 from ..cluster.faults import Faults
-from ..cluster.judge import MARGIN, Judge, JudgeContext, Options, Outcome, Progress, Stage
+from ..cluster.judge import MARGIN, Judge, JudgeContext, Outcome, Stage
 from ..cluster.launch import World
+from ..cluster.options import Options
 from ..cluster.rank import INTERNAL_PREFIX, RankContext
 from ..cluster.stages import devices, fingerprints, rendezvous
 from ..cluster.stages.collectives import judge_op
 from ..cluster.store import Exchange
 from ..cluster.watchdog import Liveness
-from ..cluster.wire import finding_from_wire, finding_to_wire
-from ..model import InputError, Report, Severity
+from ..model import Finding, InputError, Report, Severity
 from .job import Identity, agent_store, default_group_state, identity, job_store, keys, own_connection, side_store
 
 log = logging.getLogger("nccl_doctor")
 ON_FAILURE = ("raise", "warn", "log")
 ELEMENTS_PER_RANK = 1024
-BYE_WAIT = 3.0
 _calls = itertools.count(1)  # every rank calls preflight the same number of times: a fresh namespace each
 
 
@@ -54,7 +53,8 @@ def preflight(*, store: Any = None, group: Any = None, timeout: float = 30.0, on
     """Run the fast stages of `check` across all ranks of this job; returns the report.
 
     store: the job's store (default: the default process group's, torchrun's agent store, or a store
-        rank 0 hosts on NCCL_DOCTOR_PORT, default MASTER_PORT + 1).
+        rank 0 hosts on NCCL_DOCTOR_PORT, default MASTER_PORT + 1; without a launcher, a world of one
+        in this process).
     group: the process group to verify (default: the default group; before init_process_group a
         temporary one).
     timeout: deadline in seconds of each stage (a rank that never calls preflight is reported after it).
@@ -79,11 +79,11 @@ def preflight(*, store: Any = None, group: Any = None, timeout: float = 30.0, on
     judge = _start_judge(Exchange(keys(judges, "preflight", call)), ident, options, stages) if judges else None
     _follow(ctx, stages)
     report = _read_report(exchange, timeout)
-    _say_bye(exchange)
+    exchange.bye()
     if judge:
         judge.join(timeout + MARGIN)
     if hosted is not None and ident.rank == 0:
-        _wait_for_byes(exchange, ident.world_size)
+        exchange.wait_for_byes(ident.world_size)
     del hosted
     report.facts["preflight_seconds"] = round(time.monotonic() - started, 3)
     return _conclude(report, ident, on_failure, out)
@@ -95,6 +95,10 @@ def _connections(ident: Identity, store: Any, timeout: float) -> tuple[Any, Any 
     """(this rank's connection, the judge's on rank 0, the store we host for the occasion, if any)."""
     base = job_store(store)
     hosted = None
+    if base is None and ident.alone:  # a plain `python train.py`: a world of one, talking to itself
+        from torch.distributed import HashStore
+
+        base = hosted = HashStore()
     if base is None:
         base = agent_store(ident.world, time.monotonic() + timeout)
     if base is None:
@@ -247,25 +251,15 @@ def _start_judge(exchange: Exchange, ident: Identity, options: Options, stages: 
 
     def judge() -> None:
         try:
-            report = Judge(ctx, stages, Progress(None, len(stages))).run()
+            report = Judge(ctx, stages).run()
         except Exception as exc:  # a bug must still release the ranks
             exchange.put("report", {"error": f"{type(exc).__name__}: {exc}"})
             return
-        exchange.put("report", {"findings": [_to_wire(f) for f in report.findings], "facts": report.facts})
+        exchange.put("report", {"findings": [f.to_wire() for f in report.findings], "facts": report.facts})
 
     thread = threading.Thread(target=judge, name="nccl-doctor-preflight-judge", daemon=True)
     thread.start()
     return thread
-
-
-def _to_wire(finding: Any) -> dict:
-    return {**finding_to_wire(finding), "secondary": [_to_wire(s) for s in finding.secondary]}
-
-
-def _from_wire(d: dict) -> Any:
-    finding = finding_from_wire(d)
-    finding.secondary = [_from_wire(s) for s in d.get("secondary", [])]
-    return finding
 
 
 def _read_report(exchange: Exchange, timeout: float) -> Report:
@@ -276,26 +270,7 @@ def _read_report(exchange: Exchange, timeout: float) -> Report:
         raise InputError(f"preflight: no report from rank 0 ({exc}); is rank 0 running preflight() too?") from None
     if "error" in got:
         raise RuntimeError(f"nccl-doctor preflight: internal error on rank 0: {got['error']}")
-    return Report("preflight", [_from_wire(f) for f in got["findings"]], got["facts"], keep_order=True)
-
-
-def _say_bye(exchange: Exchange) -> None:
-    try:
-        exchange.counter("bye", 1)
-    except Exception:
-        pass
-
-
-def _wait_for_byes(exchange: Exchange, ranks: int) -> None:
-    """Rank 0 hosts the store: keep it up until every rank has read the report."""
-    deadline = time.monotonic() + BYE_WAIT
-    while time.monotonic() < deadline:
-        try:
-            if exchange.counter("bye") >= ranks:
-                return
-        except Exception:
-            return
-        time.sleep(0.02)
+    return Report("preflight", [Finding.from_wire(f) for f in got["findings"]], got["facts"], order=None)
 
 
 # ------------------------------------------------------------------ the verdict, on every rank

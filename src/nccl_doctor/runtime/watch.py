@@ -14,6 +14,7 @@ write per step() and nothing else; the threads are daemons and stop quietly when
 from __future__ import annotations
 
 import atexit
+import sys
 import threading
 import time
 from types import TracebackType
@@ -41,13 +42,17 @@ class Watch:
         self.heartbeat = Heartbeat(ident.rank, ident.host, PROGRESS, settings, self._connect, group, stacks,
                                    frozen_guard)
         self.monitor: MonitorThread | None = None
-        if detect if detect is not None else ident.rank == 0:
+        if (detect if detect is not None else ident.rank == 0) and not ident.alone:
             self.monitor = MonitorThread(self._connect, settings, ident.world_size, on_finding or print_finding())
         self._announced = False
         self._stopped = False
         self._printing = on_finding is None
 
     def start(self) -> Watch:
+        if self.ident.alone:  # a plain `python train.py`: no peers to wait for, nothing to watch
+            print("nccl-doctor: watch() outside a distributed job (no process group, no launcher variables): "
+                  "nothing to watch", file=sys.stderr)
+            return self
         self.heartbeat.start()
         if self.monitor:
             self.monitor.start()

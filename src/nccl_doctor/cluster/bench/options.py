@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
-from ..judge import Options
+from ..options import Options, flag
 
 # nccl-tests' type names (-d) -> torch's; uint32/uint64 exist in nccl-tests but not in torch.distributed.
 DATATYPES = {"int8": "int8", "uint8": "uint8", "int32": "int32", "int64": "int64", "half": "float16",
              "float": "float32", "double": "float64", "bfloat16": "bfloat16"}
+ELEMENT_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "int64": 8, "half": 2, "float": 4, "double": 8, "bfloat16": 2}
 AVERAGES = {0: "rank 0", 1: "mean", 2: "min", 3: "max"}  # nccl-tests -a: how per-rank times become one
 DEFAULT_MAXBYTES = {"nccl": 256 << 20, "gloo": 8 << 20}  # GPUs need large messages to reach peak busbw
 DEFAULT_MATRIX_BYTES = {"nccl": 64 << 20, "gloo": 4 << 20}
@@ -23,22 +25,23 @@ _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 @dataclass
 class BenchOptions(Options):
-    collectives: tuple[str, ...] = ()  # sweep these, in the table's order; () = no sweep
-    minbytes: int = 8
-    maxbytes: int | None = None  # None: DEFAULT_MAXBYTES of the backend
-    stepfactor: int = 2
-    stepbytes: int = 1 << 20  # used when stepfactor <= 1, as in nccl-tests
-    iters: int = 20
-    warmup_iters: int = 5
-    datatype: str = "float"
-    op: str = "sum"
-    root: int = 0
-    check: bool = True
-    average: int = 3
-    matrix: str | None = None  # "hosts": one rank per host; "ranks": every pair of ranks
-    matrix_bytes: int | None = None  # None: DEFAULT_MATRIX_BYTES of the backend
-    matrix_time: float = 0.5  # seconds of streaming per direction of each pair
-    show_progress: bool = False  # a progress bar on the judge's terminal
+    command: ClassVar[str] = "bench"
+    timeout: float = flag(60.0, "--timeout")
+    collectives: tuple[str, ...] = flag((), None)  # sweep these, in the table's order; () = no sweep
+    minbytes: int = flag(8, "-b")
+    maxbytes: int | None = flag(None, "-e")  # None: DEFAULT_MAXBYTES of the backend
+    stepfactor: int = flag(2, "-f")
+    stepbytes: int = flag(1 << 20, "-i")  # used when stepfactor <= 1, as in nccl-tests
+    iters: int = flag(20, "-n")
+    warmup_iters: int = flag(5, "-w")
+    datatype: str = flag("float", "-d")
+    op: str = flag("sum", "-o")
+    root: int = flag(0, "-r")
+    check: int = flag(1, "-c")  # 1: check every result element by element
+    average: int = flag(3, "-a")
+    matrix: str | None = flag(None, {"hosts": "--matrix", "ranks": "--matrix-ranks"})  # one rank per host, or all
+    matrix_bytes: int | None = flag(None, "--matrix-bytes")  # None: DEFAULT_MATRIX_BYTES of the backend
+    matrix_time: float = flag(0.5, "--matrix-time")  # seconds of streaming per direction of each pair
 
     def max_bytes(self, backend: str) -> int:
         return self.maxbytes if self.maxbytes is not None else DEFAULT_MAXBYTES.get(backend, 8 << 20)

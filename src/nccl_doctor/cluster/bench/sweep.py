@@ -1,29 +1,26 @@
 """Stage `sweep`: every requested collective over nccl-tests' sizes, out of place and in place.
 
 Ranks stream through the sizes without waiting for the judge: each measured size is one store step
-(`sweep.OP.SIZE`), published as soon as it is done, so the judge follows with a progress bar and
-holds every size to the deadline, naming who hangs or fails and where. The judge turns the ranks'
-times into nccl-tests' row: time combined across ranks (max by default), algbw, busbw, #wrong.
+(`sweep.OP.SIZE`), published as soon as it is done, so the judge follows, holding every size to the
+deadline and naming who hangs or fails and where. The judge turns the ranks' times into nccl-tests'
+row (time combined across ranks, max by default; algbw, busbw, #wrong) and hands each row on at once
+(`Events.measured`), so the table is printed as it is measured, and an interrupted sweep keeps its rows.
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable, Iterator
+from typing import Any
 
-from ...model import Evidence, Finding
-from ...rules.consistency import ranks_text
+from ...model import Evidence, Finding, ranges
 from ..collectives import COLLECTIVES, IN_PLACE, OUT_OF_PLACE, Spec, levels_for
 from ..judge import MARGIN, JudgeContext, Outcome, Stage
 from ..stages.collectives import judge_op
-from .options import DATATYPES, BenchOptions, sizes
+from .options import DATATYPES, ELEMENT_BYTES, BenchOptions, sizes
 
 LAYOUTS = (OUT_OF_PLACE, IN_PLACE)
-ELEMENT_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "int64": 8, "half": 2, "float": 4, "double": 8, "bfloat16": 2}
 
 
 @dataclass(frozen=True)
@@ -75,6 +72,7 @@ def on_rank(ctx: Any) -> None:
     spec = spec_of(options, n)
     for cell in plan(options, ctx.plan["backend"], n):
         entry = COLLECTIVES[cell.collective]
+        ctx.faults.before("sweep", cell.step)
         ctx.mark(cell.step)
         try:
             result = {layout: time_op(entry, cell.count, rank, n, like, spec, in_place=layout == IN_PLACE,
@@ -93,20 +91,24 @@ def on_judge(ctx: JudgeContext) -> Outcome:
     options: BenchOptions = ctx.options  # type: ignore[assignment]
     backend, n = ctx.plan["backend"], ctx.world_size
     cells = plan(options, backend, n)
-    rows, findings = [], []
-    with progress_bar(options.show_progress, len(cells), "sweep") as advance:
-        for cell in cells:
-            got = ctx.gather(cell.step)
-            what = f"{cell.collective} at {cell.size} B"
-            if got.missing or any("error" in p for p in got.results.values()):
-                findings = judge_op(ctx, what, cell.step, got.results, got.missing)
-                break
-            rows.append(row(cell, got.results, options, n))
-            advance(f"{cell.collective} {cell.size} B")
+    rows: list[dict] = []
+    sweep = ctx.facts["sweep"] = {"settings": options.settings(backend), "backend": backend, "ranks": n,
+                                  "collectives": list(options.collectives), "rows": rows, "avg_busbw": {}}
+    ctx.events.measured("sweep.start", sweep)
+    findings: list[Finding] = []
+    for index, cell in enumerate(cells):
+        got = ctx.gather(cell.step)
+        if got.missing or any("error" in p for p in got.results.values()):
+            findings = judge_op(ctx, f"{cell.collective} at {cell.size} B", cell.step, got.results, got.missing)
+            break
+        rows.append(row(cell, got.results, options, n))
+        ctx.events.measured("sweep.row", rows[-1])
+        if index + 1 == len(cells) or cells[index + 1].collective != cell.collective:
+            sweep["avg_busbw"] = average_busbw(rows)
+            ctx.events.measured("sweep.collective", {"collective": cell.collective,
+                                                     "avg_busbw": sweep["avg_busbw"].get(cell.collective)})
+    sweep["avg_busbw"] = average_busbw(rows)
     findings += wrong_findings(ctx, rows)
-    ctx.facts["sweep"] = {"settings": options.settings(backend), "backend": backend, "ranks": n,
-                          "collectives": list(options.collectives), "rows": rows,
-                          "avg_busbw": average_busbw(rows)}
     return Outcome.judged(findings, _detail(rows, cells))
 
 
@@ -171,7 +173,7 @@ def wrong_findings(ctx: JudgeContext, rows: list[dict]) -> list[Finding]:
         findings.append(Finding(
             "collective-wrong-result", "error",
             f"{name} returned wrong data at {len(bad)} size{'s' if len(bad) > 1 else ''} (from "
-            f"{bad[0][0]['size']} B) on rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)}",
+            f"{bad[0][0]['size']} B) on rank{'s' if len(ranks) > 1 else ''} {ranges(ranks)}",
             confidence=0.9, ranks=ranks, hosts=ctx.hosts_of(ranks), evidence=evidence[:8]))
     return findings
 
@@ -182,23 +184,8 @@ def _detail(rows: list[dict], cells: list[Cell]) -> str:
     return f"{len(rows)}/{len(cells)} sizes; avg busbw {shown}" if rows else f"0/{len(cells)} sizes"
 
 
-@contextmanager
-def progress_bar(show: bool, total: int, what: str) -> Iterator[Callable[[str], None]]:
-    """A transient bar on the judge's terminal; a silent stand-in otherwise (JSON, pipes, ranks)."""
-    if not show or total == 0:
-        yield lambda text="": None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (TextColumn("{task.description:<32}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(file=sys.stderr), transient=True) as bar:
-        task = bar.add_task(what, total=total)
-        yield lambda text="": bar.update(task, advance=1, description=f"{what}: {text}")
-
-
 def skip(ctx: JudgeContext) -> str | None:
-    return None if ctx.options.collectives else "no collective asked for"  # type: ignore[attr-defined]
+    return None if ctx.options.collectives else "not asked for (name a collective, or all)"  # type: ignore[attr-defined]
 
 
 STAGE = Stage("sweep", "Sweep (nccl-tests sizes)", on_rank, on_judge, skip=skip)

@@ -10,8 +10,7 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from ...model import Evidence, Finding
-from ...rules.consistency import ranks_text
+from ...model import Evidence, Finding, ranges
 from ..collectives import COLLECTIVES
 from ..faults import die
 from ..judge import MARGIN, JudgeContext, Outcome, Stage
@@ -95,7 +94,7 @@ def judge_op(ctx: JudgeContext, op: str, step: str, results: dict[int, dict], mi
     if wrong:
         failures.append(Finding(
             "collective-wrong-result", "error",
-            f"{op} returned wrong data on rank{'s' if len(wrong) > 1 else ''} {ranks_text(wrong)}",
+            f"{op} returned wrong data on rank{'s' if len(wrong) > 1 else ''} {ranges(wrong)}",
             confidence=0.9, ranks=sorted(wrong), hosts=ctx.hosts_of(list(wrong)),
             evidence=[Evidence(ctx.who(r), line) for r, lines in sorted(wrong.items()) for line in lines][:8]))
     return failures

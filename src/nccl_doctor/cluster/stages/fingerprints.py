@@ -6,12 +6,12 @@ initialised. The judge also picks the backend for `--backend auto`: NCCL when ev
 
 from __future__ import annotations
 
-from ...model import Finding
-from ...rules.consistency import (compare_fingerprints, compare_settings, interface_findings, merge_rank_findings,
-                                  ranks_text)
+import re
+
+from ...model import Finding, fold, ranges
+from ...rules.consistency import compare_fingerprints, compare_settings, interface_findings, rules
 from ..judge import JudgeContext, Outcome, Stage
 from ..watchdog import missing_findings
-from ..wire import finding_from_wire, finding_to_wire
 
 
 def on_rank(ctx) -> None:
@@ -22,20 +22,25 @@ def on_rank(ctx) -> None:
     ctx.state["facts"] = facts
     # The store is up and this rank reached it: lint's static guesses about rendezvous are moot here.
     static = [f for f in lint(ctx.env, facts) if f.category != "rendezvous_network"]
-    ctx.publish("fingerprints", {"facts": facts, "lint": [finding_to_wire(f) for f in static],
+    ctx.publish("fingerprints", {"facts": facts, "lint": [f.to_wire() for f in static],
                                  "torch": _torch_view()})
 
 
-def _fold_into(cross_rank: list[Finding], lint_found: list[Finding]) -> list[Finding]:
-    """A rank's own lint view of its interfaces is part of the cross-rank finding about the same ranks."""
-    kept = []
-    for f in lint_found:
-        same = next((c for c in cross_rank if f.category == c.category and set(f.ranks) & set(c.ranks)), None)
-        if same is None:
-            kept.append(f)
-        else:
-            same.evidence.extend(e for e in f.evidence if e not in same.evidence)
-    return kept
+def _repeats(found: Finding, kept: Finding, lint: set[int], interfaces: dict[int, str]) -> bool:
+    """A lint finding that other ranks saw alike, up to their numbers (addresses, counts), is one finding (its
+    message gives the first rank's numbers); a rank's own lint view of its interfaces is part of the cross-rank
+    finding about the same ranks (of its own cause when there is one)."""
+    if id(found) not in lint:
+        return False
+    if id(kept) in lint:
+        return (found.cause, found.severity, _shape(found.message)) == (kept.cause, kept.severity, _shape(kept.message))
+    if id(kept) not in interfaces or not set(found.ranks) & set(kept.ranks):
+        return False
+    return found.cause == kept.cause if found.cause in interfaces.values() else found.category == kept.category
+
+
+def _shape(message: str) -> str:
+    return re.sub(r"\d+(?:[.:]\d+)*", "#", message)
 
 
 def _torch_view() -> dict:
@@ -52,18 +57,20 @@ def on_judge(ctx: JudgeContext) -> Outcome:
     got = ctx.gather("fingerprints")
     host_of = {r: ctx.host(r) for r in ctx.identities}
     facts = {r: p["facts"] for r, p in got.results.items()}
-    lint_found = merge_rank_findings({r: [finding_from_wire(w, r, ctx.host(r)) for w in p["lint"]]
-                                      for r, p in got.results.items()})
-    interfaces = interface_findings(facts, host_of)
-    lint_found = _fold_into(interfaces, lint_found)
-    findings = (missing_findings(ctx, "publishing its fingerprint", got.missing)
-                + compare_fingerprints(facts, host_of) + compare_settings(facts, host_of) + interfaces + lint_found)
     backend, why = _backend(ctx, {r: p["torch"] for r, p in got.results.items()})
-    findings += why
+    unused = set(rules()["backend"]["nccl_only"]) if backend == "gloo" else set()
+    lint_found = [f for r, p in sorted(got.results.items()) for w in p["lint"]
+                  if (f := Finding.from_wire(w, r, ctx.host(r))).cause not in unused]
+    interfaces = interface_findings(facts, host_of)
+    compared = (missing_findings(ctx, "publishing its fingerprint", got.missing)
+                + compare_fingerprints(facts, host_of) + compare_settings(facts, host_of) + interfaces)
+    lint_ids, interface_ids = {id(f) for f in lint_found}, {id(f): f.cause for f in interfaces}
+    findings = fold(compared + lint_found + why, order=None,
+                    same=lambda found, kept: _repeats(found, kept, lint_ids, interface_ids))
     ctx.plan["backend"] = backend
     ctx.facts.setdefault("world", {})["backend"] = backend
     ctx.facts["versions"] = _versions_by_host(ctx, facts)
-    differing = sum(f.cause != "nccl-setting-differs" or f.severity != "info" for f in findings if f not in lint_found)
+    differing = sum(f.cause != "nccl-setting-differs" or f.severity != "info" for f in compared)
     return Outcome.judged(findings, f"{len(facts)} fingerprints, backend {backend}, "
                                     f"{differing} difference{'s' if differing != 1 else ''}", backend=backend)
 
@@ -75,7 +82,7 @@ def _backend(ctx: JudgeContext, views: dict[int, dict]) -> tuple[str, list[Findi
         return ("gloo" if without or not views else "nccl"), []
     if wanted == "nccl" and without:
         return "nccl", [Finding("more-ranks-than-gpus", "error",
-                                f"--backend nccl, but rank{'s' if len(without) > 1 else ''} {ranks_text(without)} on "
+                                f"--backend nccl, but rank{'s' if len(without) > 1 else ''} {ranges(without)} on "
                                 f"{', '.join(ctx.hosts_of(without))} see no usable GPU (or torch without NCCL)",
                                 ranks=without, hosts=ctx.hosts_of(without))]
     return wanted, []

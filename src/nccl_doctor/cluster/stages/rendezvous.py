@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import os
+import socket
+import statistics
 import time
 
-from ...model import Evidence, Finding
-from ...rules.consistency import ranks_text
+from ...model import Evidence, Finding, ranges
 from ..judge import JudgeContext, Outcome, Stage
-from ..wire import finding_from_wire
 
 
 def on_rank(ctx) -> None:
     claim = ctx.exchange.counter(f"claim/{ctx.rank}", 1)
     me = {"host": ctx.host, "pid": os.getpid(), "local_rank": ctx.world.local_rank,
           "world_size": ctx.world.world_size, "launcher": ctx.world.launcher,
-          "master": f"{ctx.world.master_addr}:{ctx.world.master_port}"}
+          "master": f"{ctx.world.master_addr}:{ctx.world.master_port}", "joined": time.time()}
     if claim > 1:  # another process already holds this rank: say so, then leave the run to it
         ctx.exchange.put(f"rendezvous/dup/{ctx.exchange.counter('rendezvous/dups', 1)}", {**me, "rank": ctx.rank})
         raise SystemExit(0)
@@ -61,32 +61,67 @@ def _world_size_disagreements(ctx: JudgeContext) -> list[Finding]:
     if not odd:
         return []
     return [Finding("rank-config-invalid", "error",
-                    f"ranks {ranks_text(odd)} run with another WORLD_SIZE ({', '.join(map(str, sorted(set(odd.values()))))})"
+                    f"ranks {ranges(odd)} run with another WORLD_SIZE ({', '.join(map(str, sorted(set(odd.values()))))})"
                     f" than rank 0 ({ctx.world_size})", confidence=0.9, ranks=sorted(odd), hosts=ctx.hosts_of(list(odd)),
                     evidence=[Evidence(ctx.who(r), f"WORLD_SIZE={size}") for r, size in sorted(odd.items())])]
 
 
 def _missing(ctx: JudgeContext, missing: list[int]) -> list[Finding]:
-    """Missing ranks: under --local each child can say why (its join failure, its exit); else only who."""
+    """Missing ranks: under --local each child can say why (its join failure, its exit, or that it is still
+    starting); else only who."""
     findings, unexplained = [], []
     reports = ctx.local.reports() if ctx.local else {}
     exits = ctx.local.exits() if ctx.local else {}
     for rank in missing:
         if "join_failure" in reports.get(rank, {}):
-            findings.append(finding_from_wire(reports[rank]["join_failure"]))
+            findings.append(Finding.from_wire(reports[rank]["join_failure"]))
         else:
             unexplained.append(rank)
+    starting = [r for r in unexplained if ctx.local and r not in exits]
+    if starting:
+        findings.append(_still_starting(ctx, starting))
+    unexplained = [r for r in unexplained if r not in starting]
     if unexplained:
         ended = {r: exits[r] for r in unexplained if r in exits}
         evidence = [Evidence(f"rank {r}", f"process ended before joining ({_exit_words(code)})") for r, code in ended.items()]
         evidence += [Evidence(f"rank {r} stderr", line) for r in ended for line in ctx.local.stderr_tail(r, 3)]
         findings.append(Finding(
             "store-timeout", "error",
-            f"rank{'s' if len(unexplained) > 1 else ''} {ranks_text(unexplained)} of {ctx.world_size} never joined "
+            f"rank{'s' if len(unexplained) > 1 else ''} {ranges(unexplained)} of {ctx.world_size} never joined "
             f"the store within {ctx.options.timeout + STARTUP:g} s" + (f" ({len(ended)} ended before joining)" if ended else ""),
             confidence=0.9, ranks=unexplained, evidence=evidence or [Evidence("store", f"{len(ctx.identities)} of "
                                                                               f"{ctx.world_size} ranks joined")]))
     return findings
+
+
+def _still_starting(ctx: JudgeContext, starting: list[int]) -> Finding:
+    """--local ranks alive but not joined at the deadline: this host starts too many too slowly (the joins
+    came in until the deadline), or these few are stuck (the others joined early)."""
+    waited = ctx.options.timeout + STARTUP
+    took = sorted(i["joined"] - ctx.local.started_at for i in ctx.identities.values() if "joined" in i)
+    pids = ctx.local.pids()
+    if took and took[-1] < waited / 2:
+        return Finding(
+            "rank-hang", "error", f"rank{'s' if len(starting) > 1 else ''} {ranges(starting)} started but never reached "
+            f"the store within {waited:g} s although alive, while the {len(took)} others took at most {took[-1]:.1f} s: "
+            f"stuck before joining", confidence=0.85, ranks=starting, hosts=[socket.gethostname()],
+            evidence=[Evidence(f"rank {r} (pid {pids.get(r)})", "alive, never joined") for r in starting[:8]],
+            fix=[f"Look at where it stands: `py-spy dump --pid {pids.get(starting[0])}`."])
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    rate = len(took) / took[-1] if took else 0.0  # ranks joined per second
+    fits = max(1, int(rate * waited * 0.8))  # ranks this host starts within the deadline, with a margin
+    fix = (f"Start at most about {fits} ranks here (`--local {fits}`), or give them longer: "
+           f"`--timeout {max(ctx.options.timeout * 2, ctx.world_size / rate * 1.25 - STARTUP):.0f}`." if rate else
+           "Start fewer ranks here (`--local`), or give them longer (`--timeout`).")
+    measured = (f"the {len(took)} that joined took {took[0]:.1f} to {took[-1]:.1f} s (median "
+                f"{statistics.median(took):.1f} s)" if took else "none joined")
+    return Finding("local-start-slow", "error",
+                   f"{len(starting)} of the {ctx.world_size} ranks that --local started on this host ({cpus} CPUs) "
+                   f"were still starting after {waited:g} s; {measured}", confidence=0.9, ranks=starting,
+                   hosts=[socket.gethostname()], fix=[fix],
+                   evidence=[Evidence("--local", f"{ctx.world_size} ranks started at once on {cpus} CPUs"),
+                             Evidence("rendezvous", f"{len(took)} of {ctx.world_size} joined within {waited:g} s"
+                                                    + (f": ranks {ranges(ctx.identities)}" if took else ""))])
 
 
 def _exit_words(code: int) -> str:

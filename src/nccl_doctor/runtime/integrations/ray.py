@@ -109,7 +109,7 @@ def _report(results: list[dict[str, Any]], nodes: list[str]) -> Report:
     findings = [_finding(d) for d in data["findings"]]
     facts = {**data.get("facts", {}), "ray": {"actors": len(results), "nodes": len(set(nodes)),
                                               "exit_codes": [r["code"] for r in results]}}
-    return Report("check", findings, facts, keep_order=True)
+    return Report("check", findings, facts, order=None)
 
 
 def _finding(d: dict[str, Any]) -> Finding:
