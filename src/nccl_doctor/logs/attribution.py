@@ -15,6 +15,7 @@ from datetime import datetime
 
 _LAUNCHER_PREFIXES = [
     re.compile(r"\|\s+"),  # log viewers that print columns (CloudWatch: "| 2024-11-28T07:42:14.532Z | ...")
+    re.compile(r"(?P<file>[\w.-]+\.(?:log|txt|out|err)):(?:\d+:)?(?=\S)"),  # grep -r / grep -H: "rank3.log:..."
     re.compile(r"\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr)>:"),  # mpirun --tag-output
     re.compile(r"\[(?P<rank>\d+)\] (?=[\w.-]+:\d+:\d+ \[\d+\] )"),  # "[3] host:pid:tid [dev] NCCL ..."
     re.compile(r"\[(?:rank|default|trainer|worker|role)?[A-Za-z_-]*?(?P<rank>\d+)(?:\|\d+)?\]:"),  # torchrun/torchx
@@ -81,6 +82,8 @@ def attribute(text: str) -> LineInfo:
 
 
 def _absorb(info: LineInfo, fields: dict[str, str | None]) -> None:
+    if fields.get("file") and info.rank is None:  # grep's file name prefix: a per-rank file announces its rank
+        info.rank = rank_from_path(fields["file"])  # type: ignore[arg-type]
     if fields.get("rank") is not None and info.rank is None:
         info.rank = int(fields["rank"])  # type: ignore[arg-type]
     if fields.get("host") and info.host is None:

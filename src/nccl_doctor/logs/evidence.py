@@ -17,7 +17,7 @@ from ..catalog import load_toml
 from ..catalog import cause as lookup_cause
 from ..catalog import causes as causes_catalog
 from ..model import Evidence, Severity
-from ..ranges import compact
+from ..model import ranges
 from .collect import Collection, Event, Proc
 from .signatures import signatures
 
@@ -179,7 +179,7 @@ class LogView:
 
     def culprits(self, ranks: set[int]) -> str:
         hosts = sorted(self.hosts_of(ranks))
-        return f"rank {compact(sorted(ranks))}" + (f" on {', '.join(hosts[:4])}" if hosts else "")
+        return f"rank {ranges(sorted(ranks), most=8)}" + (f" on {', '.join(hosts[:4])}" if hosts else "")
 
     def last_lines(self, ranks: set[int]) -> tuple[Evidence, ...]:
         """What the given ranks printed last: usually where they were stuck."""
@@ -209,7 +209,7 @@ def who(events: Iterable[Event]) -> str:
     hosts = sorted(hosts_in(events))
     parts = []
     if ranks:
-        parts.append(("rank " if len(ranks) == 1 else "ranks ") + compact(ranks))
+        parts.append(("rank " if len(ranks) == 1 else "ranks ") + ranges(ranks, most=8))
     if hosts:
         parts.append(("on " if parts else "host ") + ",".join(hosts[:4]) + (" ..." if len(hosts) > 4 else ""))
     return (" ".join(parts) + ": ") if parts else ""

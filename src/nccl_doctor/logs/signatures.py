@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover - Python 3.10
 
 from ..catalog import cause as lookup_cause
 from ..catalog import load_toml
+from ..catalog.env_vars import version_tuple
 from .templates import example as template_example
 from .templates import literal as template_literal
 from .templates import stored_meanings
@@ -337,11 +338,6 @@ def template_signatures(start: int) -> tuple[Signature, ...]:
             literals=(template_literal(tpl),), caseless=True, prefilter=True, note=tpl.provenance + (
                 f" - not a failure: {meaning.benign}" if meaning.benign else "")))
     return tuple(out)
-
-
-def version_tuple(text: str) -> tuple[int, ...]:
-    """'2.26.2+cuda12.8' -> (2, 26, 2)."""
-    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
 
 
 @dataclass(frozen=True)

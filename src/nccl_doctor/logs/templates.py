@@ -25,7 +25,8 @@ SPECIFIC = 20  # letters and digits of fixed text a template needs to match anyw
 MIN_FIXED = 8  # below this a template is too vague to recognise at all
 SHORT_CONTEXT = r"(?:\bWARN\s+(?:\S+ )?|^\W{0,4}|\]:\s*|Last error:\s*)"
 # Where a CUDA/HIP error string is printed: NCCL's 'Cuda failure', PyTorch's 'CUDA error:', the enum names.
-CUDA_CONTEXT = (r"(?:(?:cuda|hip) (?:failure|error)\b[^'\n]{0,60}'|CUDA error:?\s*(?:\d+\s*)?|HIP error:?\s*|hipError\w*\W+|"
+CUDA_CONTEXT = (r"(?:(?:cuda|hip) (?:failure|error)\b[^'\n]{0,60}'|(?:cuda|hip) (?:failure|error)\s*:\s*|CUDA error:?\s*(?:\d+\s*)?|"
+                r"HIP error:?\s*|hipError\w*\W+|"
                 r"cudaError\w*\W+|CUDA_ERROR_\w+\W+|error \d+ ')")
 _PRINTF = re.compile(r"%(?P<flags>[-+ #0]*)(?P<width>\d+|\*)?(?:\.(?P<prec>\d+|\*))?(?P<len>hh|h|ll|l|L|z|j|t|q)?"
                      r"(?P<conv>[diouxXeEfgGcspnm%])")

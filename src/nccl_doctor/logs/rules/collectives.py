@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from ...model import Evidence
-from ...ranges import compact
+from ...model import ranges
 from ..collect import Event, Proc
 from ..evidence import MAX_EVIDENCE, Clue, LogView, ranks_of
 from . import rule
@@ -16,11 +16,13 @@ from . import rule
 
 @rule("coll-calls-diverge")
 def rule_coll_calls(view: LogView) -> Iterator[Clue]:
-    """NCCL_DEBUG_SUBSYS=COLL: at the same opCount some processes issue a different collective."""
+    """NCCL_DEBUG_SUBSYS=COLL: at the same opCount some processes issue a different collective, or the same
+    collective with another element count or datatype."""
     by_count: dict[tuple[int, int], dict[str, list[tuple[Proc, Event]]]] = defaultdict(lambda: defaultdict(list))
     for proc in view.col.procs:
-        for opcount, op, _count, _comm, event in proc.colls:
-            by_count[(int(event.caps.get("nranks", 0)), opcount)][op].append((proc, event))
+        for opcount, op, count, _comm, event in proc.colls:
+            call = f"{op}(count {count}, datatype {event.caps.get('dtype', '?')})"
+            by_count[(int(event.caps.get("nranks", 0)), opcount)][call].append((proc, event))
     for (_nranks, opcount), ops in sorted(by_count.items(), key=lambda kv: kv[0][1]):
         if len(ops) < 2:
             continue
@@ -40,10 +42,10 @@ def rule_coll_calls(view: LogView) -> Iterator[Clue]:
 
 def proc_name(proc: Proc, event: Event) -> str:
     if proc.ranks and proc.rank_inferred:
-        return (f"{event.host or '?'} pid {event.pid} (GPU {compact(proc.devs)}, likely rank "
-                f"{compact(proc.ranks)})")
+        return (f"{event.host or '?'} pid {event.pid} (GPU {ranges(proc.devs, most=8)}, likely rank "
+                f"{ranges(proc.ranks, most=8)})")
     if proc.ranks:
-        return "rank " + compact(proc.ranks)
+        return "rank " + ranges(proc.ranks, most=8)
     dev = re.match(r"\S+:\d+:\d+ \[(\d+)\]", event.text)
     host = event.host or (min(proc.hosts) if proc.hosts else "?")
     return f"{host} pid {event.pid}" + (f" (GPU {dev.group(1)})" if dev else "")
@@ -68,10 +70,10 @@ def rule_fingerprints(view: LogView) -> Iterator[Clue]:
     sizes = sorted((len(g) for g in groups.values()), reverse=True)
     majority = max(groups.values(), key=len) if sizes[0] > sizes[1] else set()
     diverged = set(latest) - majority
-    listing = "; ".join(f"ranks {compact(g)}: {fingerprint(latest[min(g)])}" for g in groups.values())
+    listing = "; ".join(f"ranks {ranges(g, most=8)}: {fingerprint(latest[min(g)])}" for g in groups.values())
     ordered = sorted(latest.values(), key=lambda e: e.order)
     yield Clue("fingerprints-diverge",
-               (f"rank {compact(diverged)} ran a different collective than the others" if majority
+               (f"rank {ranges(diverged, most=8)} ran a different collective than the others" if majority
                 else "ranks ran different collectives") + f" ({listing})",
                evidence=tuple(Evidence(e.source, e.text, e.line) for e in ordered[:4]), ranks=frozenset(diverged))
 

@@ -10,7 +10,7 @@ from ...catalog import cause as lookup_cause
 from ...model import Evidence
 from ..collect import Event
 from ..evidence import Clue, LogView, clip, hosts_in, ranks_of
-from ..signatures import version_tuple
+from ...catalog.env_vars import version_tuple
 from . import rule
 
 RAS = re.compile(r"\bRAS\b|\bras[A-Z]\w+")  # NCCL's RAS subsystem: its log lines and functions
@@ -26,13 +26,23 @@ def specific_errors(view: LogView) -> list[Event]:
     return [e for e in view.events if e.sig.role == "root" and not lookup_cause(e.cause).symptom]
 
 
-@rule("bus-error-in-nccl", "crash-in-nccl-frames", "crash-after-nccl-output")
+@rule("bus-error-in-nccl", "crash-in-nccl-frames", "crash-after-nccl-output", "crash-loading-nccl")
 def rule_nccl_crash(view: LogView) -> Iterator[Clue]:
     """A fatal signal inside NCCL: SIGBUS there is shared memory running out; other signals with frames in
     libnccl (strong) or right after the process's NCCL output (weak) are a crash inside NCCL."""
     crashes = view.events_of("segfault")
     if not crashes or specific_errors(view):
         return  # no crash, or an error that explains it (OOM, EFA fork, ...)
+    loads = [e for e in view.hint("library_load") if any(c.source == e.source and 0 < c.line - e.line <= CRASH_NEAR_NCCL
+                                                          for c in crashes)]
+    if loads:
+        yield Clue("crash-loading-nccl", f"the process died ({clip(crashes[0].message.strip(), 60)!r}) right after loading "
+                   f"{loads[0].caps.get('path') or 'the NCCL library'}: a truncated or corrupt library file is mapped "
+                   "(SIGBUS), or it is a build for another CUDA/driver", events=tuple(loads[:1] + crashes[:1]),
+                   fix=("Delete the library and let it be installed again (`pip install --force-reinstall "
+                        "nvidia-nccl-cu12`, or remove vLLM's cached copy under ~/.config/vllm/nccl), then check it "
+                        "loads: `python -c \"import torch; print(torch.cuda.nccl.version())\"`.",))
+        return
     frames = view.hint("nccl_frame")
     before = [] if frames else nccl_lines_before(view, crashes)
     if not (frames or before):
@@ -64,7 +74,7 @@ def rule_nccl_crash(view: LogView) -> Iterator[Clue]:
 
 def nccl_lines_before(view: LogView, crashes: list[Event]) -> list[tuple[str, int, str]]:
     """Processes whose last output was an NCCL line just before a crash banner in the same file."""
-    lines = [p.last_line for p in view.col.procs if p.last_line and "NCCL" in p.last_line[2]]
+    lines = [p.last_line for p in view.col.procs if p.last_line and "nccl" in p.last_line[2].lower()]
     return [ln for ln in lines for c in crashes if ln[0] == c.source and 0 < c.line - ln[1] <= CRASH_NEAR_NCCL]
 
 

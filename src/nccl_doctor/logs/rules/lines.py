@@ -18,7 +18,8 @@ from ...catalog import cause as lookup_cause
 from ...model import Severity
 from ..collect import Event
 from ..evidence import Clue, LogView, clip, hosts_in, ranks_of, who
-from ..signatures import Fallback, fallback, signatures, version_tuple
+from ...catalog.env_vars import version_tuple
+from ..signatures import Fallback, fallback, signatures
 from . import rule
 
 RESULT_NAMES = {1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",

@@ -7,10 +7,10 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from ...model import Evidence
-from ...ranges import compact
+from ...model import ranges
 from ..collect import Event
 from ..evidence import MAX_EVIDENCE, Clue, LogView, hosts_in, ranks_of
-from ..signatures import version_tuple
+from ...catalog.env_vars import version_tuple
 from . import rule
 
 
@@ -40,7 +40,7 @@ def where(view: LogView, group: list) -> str:
     if hosts:
         return ",".join(hosts[:4]) + (" ..." if len(hosts) > 4 else "")
     ranks = sorted({r for p, _ in group for r in p.ranks})
-    return ("ranks " + compact(ranks)) if ranks else ",".join(sorted({e.source for _, e in group}))
+    return ("ranks " + ranges(ranks, most=8)) if ranks else ",".join(sorted({e.source for _, e in group}))
 
 
 def plugin_name(caps: dict[str, str]) -> str:

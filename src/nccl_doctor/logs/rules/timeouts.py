@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ...ranges import compact
+from ...model import ranges
 from ..collect import Event
 from ..evidence import Clue, LogView, who
 from . import rule
@@ -79,7 +79,7 @@ def rule_timeouts(view: LogView) -> Iterator[Clue]:
         guilty, text = mismatch
         yield Clue("timeout-mismatched-ops", text, events=seen.all, ranks=frozenset(guilty),
                    hosts=view.hosts_of(guilty),
-                   fix=(f"Compare what ranks {compact(guilty)} run at that step with the others "
+                   fix=(f"Compare what ranks {ranges(guilty, most=8)} run at that step with the others "
                         "(TORCH_DISTRIBUTED_DEBUG=DETAIL reports the mismatching call).",))
         return
     lagging, lag_text = _lagging_ranks(view, seen)
@@ -97,7 +97,7 @@ def rule_timeouts(view: LogView) -> Iterator[Clue]:
         yield Clue("timeout-lagging-rank-in-evaluation" if evaluation else "timeout-lagging-rank",
                    f"{view.culprits(lagging)}: {lag_text} - {summary}", events=seen.all, ranks=frozenset(lagging),
                    hosts=view.hosts_of(lagging), evidence=view.last_lines(lagging),
-                   fix=(f"Look at what rank(s) {compact(lagging)} were doing when the others timed out (their "
+                   fix=(f"Look at what rank(s) {ranges(lagging, most=8)} were doing when the others timed out (their "
                         "log just before the timeout, `py-spy dump`).",))
         return
     if evaluation and 0 in seen.timed_out:
@@ -172,8 +172,9 @@ def _one_rank_reasons(view: LogView, seen: Seen) -> Reasons:
     reasons.early = bool(sync and seen.seqs and max(seen.seqs.values()) <= EARLY_SEQ)
     if sync:
         first = ", at one of the first collectives" if reasons.early else ""
-        reasons.given.append(("one-rank-sync-point", f"rank(s) {compact(seen.timed_out)} timed out waiting in "
-                              f"{sync} and rank 0 did not report the timeout{first}", ()))
+        waited = f"rank(s) {ranges(seen.timed_out, most=8)}" if seen.timed_out else "the ranks that reported it"
+        reasons.given.append(("one-rank-sync-point", f"{waited} timed out waiting in {sync} and rank 0 did not report "
+                              f"the timeout{first}", ()))
     if seen.store_waits and not seen.events:
         reasons.given.append(("one-rank-store-wait", "a TCPStore wait ran out after the full timeout", ()))
     progress = _recent(view, "progress_bar", seen)
@@ -186,7 +187,7 @@ def _one_rank_reasons(view: LogView, seen: Seen) -> Reasons:
 def _sync_point(seen: Seen) -> str | None:
     """How the timed-out collective waits on one rank, when every detailed timeout line agrees."""
     kinds = {_sync_kind(e) for e in seen.detailed}
-    if not seen.timed_out or 0 in seen.timed_out or len(kinds) != 1:
+    if 0 in seen.timed_out or len(kinds) != 1:  # no rank named at all: who waited is unknown, not rank 0
         return None
     return kinds.pop()
 
@@ -259,7 +260,7 @@ def _mismatched_at_same_seq(timeouts: list[Event]) -> tuple[set[int], str] | Non
         if len(ops) > 1:
             majority = max(ops, key=lambda op: len(ops[op]))
             guilty = {r for op, ranks in ops.items() if op != majority for r in ranks}
-            listing = ", ".join(f"{op} on ranks {compact(r)}" for op, r in sorted(ops.items()))
+            listing = ", ".join(f"{op} on ranks {ranges(r, most=8)}" for op, r in sorted(ops.items()))
             return guilty, f"ranks timed out in different collectives at the same SeqNum {seq}: {listing}"
     return None
 
