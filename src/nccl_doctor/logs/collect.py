@@ -293,10 +293,11 @@ class Collector:
                 matched.append((sig, caps))
         if not matched:
             return
-        # A written signature that knows the line (a fact or a specific error) overrides the generated templates;
+        # A written signature that knows the line (a fact, a specific error or an echo) overrides the generated
+        # templates; a written catch-all (generic) does not hide a template's more precise reading.
         # the other readings are all kept for the weighing. Hints marked `unclaimed` only stand for lines nothing
         # else recognised.
-        if any(not s.prefilter and not s.addon and s.role != "hint" for s, _ in matched):
+        if any(not s.prefilter and not s.addon and s.role not in ("hint", "generic") for s, _ in matched):
             matched = [(s, c) for s, c in matched if not s.prefilter]
         if any(not s.unclaimed for s, _ in matched):  # recognised: not one of the lines nobody explains
             matched = [(s, c) for s, c in matched if not s.unclaimed]

@@ -95,3 +95,21 @@ def rule_invalid_usage(view: LogView) -> Iterator[Clue]:
                    + ("a barrier" if barrier else "a collective on a guessed device")
                    + ": ranks were bound to GPUs by rank number, not the GPUs the job selected",
                    events=tuple((barrier + guess)[:2] + usage), ranks=ranks_of(usage))
+
+
+FORCED = ("NCCL_PROTO", "NCCL_ALGO")
+
+
+@rule("wrong-results-with-forced-protocol")
+def rule_wrong_results(view: LogView) -> Iterator[Clue]:
+    """Collectives returned wrong data while NCCL_PROTO or NCCL_ALGO forces a choice: the forced protocol does not
+    fit the path (LL128 over sockets or a PCIe/NIC path that does not keep its ordering guarantees)."""
+    wrong = view.events_for("collective-wrong-result")
+    forced = [(e.caps["var"], e.caps["value"], e) for name in ("nccl_env_cmd", "nccl_env") for _, e in view.facts(name)
+              if e.caps.get("var") in FORCED]
+    if wrong and forced:
+        var, value, e = forced[0]
+        yield Clue("wrong-results-with-forced-protocol", f"the results were wrong while {var}={value} forced NCCL's "
+                   "choice: the forced protocol or algorithm does not fit this path", events=(e, wrong[0]),
+                   fix=(f"Unset {var} and rerun the test: NCCL picks protocols per path (LL128 only where the hardware "
+                        "keeps its ordering guarantees).",))

@@ -43,7 +43,7 @@ def rule_nccl_crash(view: LogView) -> Iterator[Clue]:
                         "nvidia-nccl-cu12`, or remove vLLM's cached copy under ~/.config/vllm/nccl), then check it "
                         "loads: `python -c \"import torch; print(torch.cuda.nccl.version())\"`.",))
         return
-    frames = view.hint("nccl_frame")
+    frames = view.hint("nccl_frame") + view.hint("nccl_stack")
     before = [] if frames else nccl_lines_before(view, crashes)
     if not (frames or before):
         return
