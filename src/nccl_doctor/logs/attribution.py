@@ -17,6 +17,7 @@ _LAUNCHER_PREFIXES = [
     re.compile(r"\|\s+"),  # log viewers that print columns (CloudWatch: "| 2024-11-28T07:42:14.532Z | ...")
     re.compile(r"(?P<file>[\w.-]+\.(?:log|txt|out|err)):(?:\d+:)?(?=\S)"),  # grep -r / grep -H: "rank3.log:..."
     re.compile(r"\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr)>:"),  # mpirun --tag-output
+    re.compile(r"(?:\w+ )?\[rank=(?P<rank>\d+)\]\s*\|\|\s*"),  # Determined AI: "fa88a9df [rank=1] || ..."
     re.compile(r"\[(?P<rank>\d+)\] (?=[\w.-]+:\d+:\d+ \[\d+\] )"),  # "[3] host:pid:tid [dev] NCCL ..."
     re.compile(r"\[(?:rank|default|trainer|worker|role)?[A-Za-z_-]*?(?P<rank>\d+)(?:\|\d+)?\]:"),  # torchrun/torchx
     re.compile(r"\s*(?P<rank>\d{1,5}): (?=\S)"),  # srun --label

@@ -178,3 +178,17 @@ def rule_roce(view: LogView) -> Iterator[Clue]:
                    hosts=hosts_in(retry),
                    fix=("Pick a routable RoCE v2 GID: `show_gids` lists them; set e.g. `NCCL_IB_GID_INDEX=3` on every "
                         "host.",))
+
+
+@rule("connect-failed-with-pinned-interface")
+def rule_pinned_interface(view: LogView) -> Iterator[Clue]:
+    """Connections between hosts failed while NCCL_SOCKET_IFNAME pins an interface: a common culprit is that the
+    named interface exists on every host but does not carry traffic between them."""
+    pinned = sorted({e.caps["value"] for name in ("socket_ifname", "nccl_env", "nccl_env_cmd") for _, e in view.facts(name)
+                     if e.caps.get("value") and (name == "socket_ifname" or e.caps.get("var") == "NCCL_SOCKET_IFNAME")})
+    failures = [e for e in network_failed(view) if e.sig.role != "timeout"]
+    if pinned and failures:
+        yield Clue("connect-failed-with-pinned-interface", f"connections failed while NCCL_SOCKET_IFNAME={','.join(pinned)} "
+                   "pins the interface", events=tuple(failures[:2]),
+                   fix=(f"Check that {','.join(pinned)} carries traffic between the hosts (`ping -I {pinned[0]} <peer>`); "
+                        "else name the interface they share.",))

@@ -150,3 +150,16 @@ def rule_ended_preprocessing(view: LogView) -> Iterator[Clue]:
                    " other ranks wait in the next collective meanwhile", events=(work[-1],), severity=Severity.WARNING,
                    fix=("Preprocess before launching the distributed job, or raise the process-group timeout above "
                         "the preprocessing time.",))
+
+
+@rule("hang-without-error")
+def rule_hang_reported(view: LogView) -> Iterator[Clue]:
+    """The log says the job hangs and shows no error, no NCCL setup and no stack: most often the ranks stopped
+    issuing the same collectives (a rank-dependent branch, a rank stuck elsewhere)."""
+    hang = view.hint("hang_reported")
+    setup = any(p.init_phases or p.transports or p.facts.get("bootstrap") for p in view.col.procs)
+    if hang and not view.events and not setup and not view.hint("nccl_stack"):
+        yield Clue("hang-without-error", f"the log reports a hang ({clip(hang[0].message.strip(), 90)!r}) with no error "
+                   "and no NCCL setup shown", events=tuple(hang[:2]), severity=Severity.WARNING,
+                   fix=("Dump every rank's stack while it hangs (`py-spy dump --pid PID`) and compare where they wait; "
+                        "rerun with `TORCH_DISTRIBUTED_DEBUG=DETAIL NCCL_DEBUG=INFO` to see each rank's collectives.",))
