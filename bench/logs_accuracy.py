@@ -9,6 +9,7 @@ the findings in order, then of the causes folded under them.
     python bench/logs_accuracy.py --summary-only DIR   # totals only (score a blind batch without reading it)
     python bench/logs_accuracy.py --misses             # also list each miss
     python bench/logs_accuracy.py --nccl-doctor /other/venv/bin/nccl-doctor DIR   # another build
+    python bench/logs_accuracy.py --record         # write tests/fixtures/logs/expected.json (the test's ratchet)
 
 Each case runs `nccl-doctor logs --json` in a subprocess, so any build can be scored the same way.
 """
@@ -29,6 +30,7 @@ FIXTURES = ROOT / "tests" / "fixtures" / "logs"
 SHARED = ROOT.parent / "shared" / "logs"
 TIMEOUT_S = 300
 CONFIDENCE_BINS = ((0.0, 0.3), (0.3, 0.5), (0.5, 0.7), (0.7, 0.85), (0.85, 1.01))
+RECORD = FIXTURES / "expected.json"  # what tests/test_logs_corpus.py holds every case to
 
 
 def cases_under(roots: list[Path]) -> list[Path]:
@@ -38,7 +40,8 @@ def cases_under(roots: list[Path]) -> list[Path]:
             case = truth.parent
             if "synthetic" in case.parts or json.loads(truth.read_text()).get("category") is None:
                 continue  # synthetic logs test the rules; they say nothing about real-world accuracy
-            found.setdefault(json.loads(truth.read_text()).get("source", str(case)), case)
+            # a case copied into the fixtures and still in ../shared/logs counts once; two logs of one thread twice
+            found.setdefault(json.loads(truth.read_text()).get("source", "") + "/" + case.name, case)
     return sorted(found.values())
 
 
@@ -53,6 +56,13 @@ def diagnose(command: list[str], case: Path) -> dict:
     return report
 
 
+def relative(case: Path) -> str:
+    try:
+        return str(case.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(case)
+
+
 def ranked_categories(report: dict) -> list[str]:
     findings = report.get("findings", [])
     ordered = [f["category"] for f in findings] + [s["category"] for f in findings for s in f.get("secondary", [])]
@@ -65,13 +75,21 @@ def score(command: list[str], cases: list[Path], jobs: int) -> list[dict]:
         report = diagnose(command, case)
         ranked = ranked_categories(report)
         primary = report.get("findings", [{}])[0] if report.get("findings") else {}
-        return {"case": str(case.relative_to(case.parents[1])), "truth": truth["category"],
+        return {"case": str(case.relative_to(case.parents[1])), "case_path": relative(case), "truth": truth["category"],
                 "got": ranked[0] if ranked else None, "cause": primary.get("cause"),
                 "confidence": primary.get("confidence", 0.0), "top1": bool(ranked) and ranked[0] == truth["category"],
                 "top3": truth["category"] in ranked[:3], "error": report.get("error")}
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         return list(pool.map(one, cases))
+
+
+def record(results: list[dict]) -> None:
+    """The ratchet: for each fixture case, the truth and whether the primary (top1) or the top three got it."""
+    rows = {r["case_path"]: {"truth": r["truth"], "got": r["got"], "top1": r["top1"], "top3": r["top3"]}
+            for r in results if r["case_path"].startswith("tests/fixtures/")}
+    RECORD.write_text(json.dumps(dict(sorted(rows.items())), indent=1) + "\n", encoding="utf-8")
+    print(f"recorded {len(rows)} cases in {RECORD.relative_to(ROOT)}", file=sys.stderr)
 
 
 def table(results: list[dict]) -> str:
@@ -108,6 +126,7 @@ def main() -> int:
     ap.add_argument("--summary-only", action="store_true", help="print only the totals")
     ap.add_argument("--misses", action="store_true", help="list every case whose primary category is wrong")
     ap.add_argument("--json", action="store_true", help="print every case's result as JSON")
+    ap.add_argument("--record", action="store_true", help=f"write the results of the real fixtures to {RECORD.name}")
     ap.add_argument("-j", "--jobs", type=int, default=2)
     args = ap.parse_args()
     cases = cases_under(args.dirs or [FIXTURES, SHARED])
@@ -115,6 +134,8 @@ def main() -> int:
         print("no cases found", file=sys.stderr)
         return 2
     results = score([args.nccl_doctor], cases, args.jobs)
+    if args.record:
+        record(results)
     if args.json:
         print(json.dumps(results, indent=1))
         return 0

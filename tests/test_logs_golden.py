@@ -49,7 +49,7 @@ KNOWN_MISS = {
 }
 SYNTHETIC = _cases(FIXTURES / "synthetic")
 # ../shared/logs, when present, may hold cases added after the fixtures were copied
-NEW_SHARED = [c for c in _cases(SHARED) if not (FIXTURES / "shared" / c.name).exists()]
+NEW_SHARED = [c for c in _cases(SHARED) if not any((FIXTURES / kept / c.name).exists() for kept in ("shared", "released"))]
 
 
 def _inputs(case: Path) -> list[str]:
