@@ -11,12 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nccl_doctor.logs import diagnose_text
-from nccl_doctor.logs.collect import Collector
+from nccl_doctor.logs.reading import Collector
 from nccl_doctor.logs.diagnose import diagnose
 from nccl_doctor.logs.flight_recorder import UnsafeDump, safe_unpickle, summarize
 from nccl_doctor.logs.signatures import signatures
 from nccl_doctor.logs.sources import Source
-from nccl_doctor.logs.summary import build_facts
+from nccl_doctor.logs.facts import build_facts
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 REAL_LINES = [ln for p in sorted((FIXTURES / "shared").glob("*/log.txt")) for ln in p.read_text().splitlines()]

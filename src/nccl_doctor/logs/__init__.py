@@ -4,42 +4,49 @@ Public API:
     diagnose_paths(paths) -> Report      files, directories, globs, "-" for stdin, .gz/.bz2/.xz, FR dumps
     diagnose_text(text, source) -> list[Finding]   classify an error text (exception string, stderr)
 
-Road: sources (reading) -> collect (matched events, per-process facts) -> diagnose (correlation,
-ranking) -> Report. Works without torch and without a GPU.
+Road: sources -> reading (engine matches, identity, records: events and per-process facts) -> diagnose
+(rules, weighing) -> Report with facts. Works without torch and without a GPU.
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 
 from ..model import Finding, InputError, Report
-from .collect import Collection, Collector
 from .diagnose import diagnose
 from .engine import default_engine
-from .sources import Source, expand
-from .summary import build_facts
+from .facts import build_facts
+from .reading import Collector, OnBytes
+from .records import Collection
+from .sources import Source, expand, input_size
 
 __all__ = ["diagnose_paths", "diagnose_text", "collect_paths", "Collection"]
 
 
-def collect_paths(paths: list[str], engine: str | None = None) -> Collection:
-    """Read every input (problems are recorded, never raised) and return what was seen."""
+def collect_paths(paths: list[str], engine: str | None = None, on_bytes: OnBytes | None = None,
+                  on_start: Callable[[int], OnBytes | None] | None = None) -> Collection:
+    """Read every input (problems are recorded, never raised) and return what was seen.
+
+    on_start, if given, is told the size of the input files before reading and may return an on_bytes."""
     sources, problems = expand(paths)
     try:
         collector = Collector(default_engine(engine))
     except ImportError:
-        raise InputError("the hyperscan engine is not installed: `pip install 'nccl-doctor[fast]'` "
-                         "or use --engine portable") from None
-    for source in sources:
-        collector.add_source(source)
+        raise InputError(f"the {engine} engine is not installed here; use --engine auto") from None
+    if on_start is not None:
+        on_bytes = on_start(input_size(sources)) or on_bytes
+    collector.on_bytes = on_bytes
+    collector.add_sources(sources)
     col = collector.finish()
     col.problems[:0] = problems
     return col
 
 
-def diagnose_paths(paths: list[str], engine: str | None = None) -> Report:
+def diagnose_paths(paths: list[str], engine: str | None = None,
+                   on_start: Callable[[int], OnBytes | None] | None = None) -> Report:
     """Diagnose logs and dumps; raises InputError only when nothing at all could be read."""
-    col = collect_paths(paths, engine)
+    col = collect_paths(paths, engine, on_start=on_start)
     if not col.sources_read:
         detail = "; ".join(col.problems[:3]) or "no input given"
         raise InputError(f"nothing could be read ({detail}); pass log files, directories, globs or - for stdin")

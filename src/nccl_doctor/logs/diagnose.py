@@ -9,7 +9,7 @@ alternatives.
 from __future__ import annotations
 
 from ..model import Finding
-from .collect import Collection
+from .records import Collection
 from .evidence import LogView
 from .rules import run_rules
 from .weigh import findings

@@ -1,48 +1,62 @@
 """Multi-pattern matching over chunks of lines: which lines may match which signatures.
 
-Two engines with one interface. hyperscan (optional extra `fast`) runs every pattern at once in C
-and reports only the lines that match; the portable engine finds lines holding one of the
-signatures' required literals with one combined regex. Either way the caller re-checks each reported
-line with the signature's Python regex, which also extracts the captures.
+Two engines with one interface, both looking for every signature at once and reporting only the lines
+that may match; the caller re-checks each reported line with the signature's Python regex, which also
+extracts the captures.
+
+- hyperscan (a dependency wherever it has wheels) runs in C. A signature whose literals are rare in healthy
+  logs (`Signature.by_literal`, nearly all of them) is looked for by its literals, the others by their whole
+  pattern. Compiling ~4,400 patterns takes a second, so the database is cached on disk, keyed by what it holds.
+- portable (Aho-Corasick, `pyahocorasick`, where hyperscan cannot be installed) looks for every signature's
+  literals in the lower-cased chunk.
+
+`scan(data, sampled=True)` reports only the first line per chunk of the signatures named `sample` at
+construction: facts that saturate (logs/reading.py), which would otherwise cost a Python call per line.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Collection, Sequence
 from functools import cache
+from pathlib import Path
 from typing import Protocol
 
 from .signatures import Signature, hyperscan_expression
 
 LineHits = list[tuple[int, int, list[int]]]  # (line start, line end, signature indexes), in line order
+CACHE_FORMAT = 1  # bump when what a cached database means changes
 
 
 class Engine(Protocol):
     name: str
 
-    def scan(self, data: bytes) -> LineHits: ...
+    def scan(self, data: bytes, sampled: bool = False) -> LineHits: ...
 
 
-def make_engine(sigs: Sequence[Signature], prefer: str | None = None) -> Engine:
+def make_engine(sigs: Sequence[Signature], prefer: str | None = None, sample: Collection[int] = ()) -> Engine:
     """hyperscan when available (unless NCCL_DOCTOR_ENGINE=portable), else the portable engine."""
     choice = prefer or os.environ.get("NCCL_DOCTOR_ENGINE", "auto")
     if choice in ("auto", "hyperscan"):
         try:
-            return HyperscanEngine(sigs)
+            return HyperscanEngine(sigs, sample)
         except ImportError:
             if choice == "hyperscan":
                 raise
-    return PortableEngine(sigs)
+    return PortableEngine(sigs, sample)
 
 
 @cache
 def default_engine(prefer: str | None = None) -> Engine:
-    """The engine for the catalog's main signatures, compiled once per process."""
+    """The engine for the catalog's main signatures, built once per process."""
+    from .reading import SATURATING
     from .signatures import signatures
 
-    return make_engine([s for s in signatures() if s.scope == "all"], prefer)
+    sigs = [s for s in signatures() if s.scope == "all"]
+    return make_engine(sigs, prefer, sample={s.index for s in sigs if s.fact in SATURATING})
 
 
 def _group_by_line(data: bytes, hits: list[tuple[int, int]]) -> LineHits:
@@ -64,141 +78,118 @@ def _group_by_line(data: bytes, hits: list[tuple[int, int]]) -> LineHits:
     return out
 
 
+def caseless(sig: Signature) -> bool:
+    """Whether its literals may occur in any case (a pattern with (?i) anywhere)."""
+    return sig.caseless or "(?i" in sig.pattern
+
+
 class HyperscanEngine:
     name = "hyperscan"
 
-    def __init__(self, sigs: Sequence[Signature]) -> None:
+    def __init__(self, sigs: Sequence[Signature], sample: Collection[int] = ()) -> None:
         import hyperscan
 
         self._hs = hyperscan
-        self.db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        # Source templates are looked for by their literal (hyperscan compiles thousands of `.*` patterns slowly
-        # and the Python regex re-checks every hit anyway); written signatures keep their full pattern.
-        expressions = [re.escape(s.literals[0]).encode() if s.prefilter else hyperscan_expression(s.pattern).encode()
-                       for s in sigs]
-        flags = [hyperscan.HS_FLAG_CASELESS if s.prefilter else hyperscan.HS_FLAG_MULTILINE for s in sigs]
-        self.db.compile(expressions=expressions, ids=[s.index for s in sigs], elements=len(sigs), flags=flags)
-        self.scratch = hyperscan.Scratch(self.db)
+        expressions, ids, flags = [], [], []
+        for s in sigs:
+            if s.by_literal:
+                found = [re.escape(lit).encode() for lit in s.literals]
+                flag = hyperscan.HS_FLAG_CASELESS if caseless(s) else 0
+            else:  # its literals are common in healthy logs: the whole pattern reports far fewer lines
+                found = [hyperscan_expression(s.pattern).encode()]
+                flag = hyperscan.HS_FLAG_MULTILINE
+            expressions += found
+            ids += [s.index] * len(found)
+            flags += [flag] * len(found)
+        single = [f | hyperscan.HS_FLAG_SINGLEMATCH if i in sample else f for i, f in zip(ids, flags)]
+        self.full = _database(hyperscan, expressions, ids, flags)
+        self.sampled = _database(hyperscan, expressions, ids, single) if sample else self.full
+        self.scratch = {id(db): hyperscan.Scratch(db) for db in (self.full, self.sampled)}
 
-    def scan(self, data: bytes) -> LineHits:
+    def scan(self, data: bytes, sampled: bool = False) -> LineHits:
         hits: list[tuple[int, int]] = []
         append = hits.append
 
         def on_match(sig: int, start: int, end: int, flags: int, context: object) -> None:
             append((end - 1 if end else 0, sig))
 
-        self.db.scan(data, match_event_handler=on_match, scratch=self.scratch)
+        db = self.sampled if sampled else self.full
+        db.scan(data, match_event_handler=on_match, scratch=self.scratch[id(db)])
         return _group_by_line(data, hits)
 
 
-class PortableEngine:
-    """Pure Python: a few rare 'gate' substrings found with bytes.find, then literal tests per candidate line.
+def _database(hyperscan, expressions: list[bytes], ids: list[int], flags: list[int]):
+    """A compiled block-mode database, from the cache when one holds exactly these patterns."""
+    key = hashlib.sha256(repr((CACHE_FORMAT, _hs_version(hyperscan), expressions, ids, flags)).encode()).hexdigest()
+    path = cache_dir() / f"signatures-{key[:24]}.hsdb"
+    try:
+        db = hyperscan.loadb(path.read_bytes(), hyperscan.HS_MODE_BLOCK)
+        hyperscan.Scratch(db)  # a database built for another CPU fails here
+        return db
+    except Exception:  # noqa: BLE001 - absent, corrupt, or of another platform: compile it again
+        pass
+    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    db.compile(expressions=expressions, ids=ids, elements=len(expressions), flags=flags)
+    _store(path, hyperscan.dumpb(db))
+    return db
 
-    Every signature has required literals (at least one occurs in any matching line). Searching each of
-    the ~200 literals separately would cost ~200 passes over the data, and one big alternation regex is
-    slower still in Python's re. Instead a small set of gates (substrings of the literals, chosen to be rare
-    in a sample of the input and to cover every literal) is searched; each hit's line is then tested.
-    """
+
+def _hs_version(hyperscan) -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("hyperscan")
+    except Exception:  # noqa: BLE001 - not installed as a distribution: the module's own word
+        return str(getattr(hyperscan, "__version__", "?"))
+
+
+def cache_dir() -> Path:
+    """Where compiled databases are kept: $NCCL_DOCTOR_CACHE_DIR, else the user's cache directory."""
+    given = os.environ.get("NCCL_DOCTOR_CACHE_DIR")
+    if given:
+        return Path(given)
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("nccl-doctor", appauthor=False))
+
+
+def _store(path: Path, blob: bytes) -> None:
+    """Write atomically; a cache that cannot be written only costs the next start its compile time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as fh:
+            fh.write(blob)
+        os.replace(fh.name, path)
+    except OSError:
+        pass
+
+
+class PortableEngine:
+    """Aho-Corasick over every signature's literals, in the lower-cased chunk (read as latin-1: offsets stay)."""
 
     name = "portable"
-    GRAM = 3
-    SLICE = 16 * 1024
-    MAX_RESAMPLES = 6
 
-    def __init__(self, sigs: Sequence[Signature]) -> None:
-        self.checks = [(s.index, tuple(lit.encode() for lit in s.literals), s.caseless) for s in sigs if s.literals]
-        self.unfiltered = [(s.index, re.compile(s.pattern.encode(), re.MULTILINE)) for s in sigs if not s.literals]
-        exact = {lit for _, lits, caseless in self.checks if not caseless for lit in lits}
-        caseless = {lit for _, lits, caseless in self.checks if caseless for lit in lits}
-        self.exact = _minimal(exact)
-        self.caseless = _minimal(caseless)
-        self.gates: tuple[list[bytes], list[bytes]] = (choose_gates(self.exact, b"", self.GRAM),
-                                                       choose_gates(self.caseless, b"", self.GRAM))
-        self.resamples = 0
+    def __init__(self, sigs: Sequence[Signature], sample: Collection[int] = ()) -> None:
+        import ahocorasick
 
-    def _resample(self, data: bytes) -> None:
-        """Pick gates that are rare in this input: a few slices spread over the chunk."""
-        step = max(len(data) // 4, 1)
-        sample = b"".join(data[i:i + self.SLICE] for i in range(0, len(data), step))
-        self.gates = choose_gates(self.exact, sample, self.GRAM), choose_gates(self.caseless, sample.lower(), self.GRAM)
-        self.resamples += 1
+        by_literal: dict[str, list[int]] = {}
+        for s in sigs:
+            for lit in s.literals:
+                by_literal.setdefault(lit.lower(), []).append(s.index)
+        self.automaton = ahocorasick.Automaton()
+        for lit, ids in by_literal.items():
+            self.automaton.add_word(lit, tuple(ids))
+        self.automaton.make_automaton()
+        self.sample = frozenset(sample)
 
-    def scan(self, data: bytes) -> LineHits:
-        if self.resamples == 0 and len(data) >= 4 * self.SLICE:
-            self._resample(data)
-        out = self._scan(data)
-        if self.resamples < self.MAX_RESAMPLES and len(data) >= 4 * self.SLICE and self._wasteful(data, out):
-            self._resample(data)
-        return out
-
-    def _wasteful(self, data: bytes, hits: LineHits) -> bool:
-        return self.last_candidates > 64 * (len(data) / (1 << 20)) and self.last_candidates > 4 * len(hits)
-
-    def _scan(self, data: bytes) -> LineHits:
-        exact_gates, caseless_gates = self.gates
-        lines: dict[int, int] = {}
-        _collect_lines(data, exact_gates, lines)
-        if caseless_gates:
-            _collect_lines(data.lower(), caseless_gates, lines)
-        self.last_candidates = len(lines)
-        out: LineHits = []
-        for start in sorted(lines):
-            end = lines[start]
-            line = data[start:end]
-            lower = None
-            found = []
-            for index, literals, caseless in self.checks:
-                if caseless:
-                    lower = line.lower() if lower is None else lower
-                    haystack = lower
-                else:
-                    haystack = line
-                if any(lit in haystack for lit in literals):
-                    found.append(index)
-            if found:
-                out.append((start, end, found))
-        for index, rx in self.unfiltered:
-            extra = [(m.start(), index) for m in rx.finditer(data)]
-            if extra:
-                merged = {start: (start, end, list(ids)) for start, end, ids in out}
-                for start, end, ids in _group_by_line(data, extra):
-                    merged.setdefault(start, (start, end, []))[2].extend(ids)
-                out = [merged[k] for k in sorted(merged)]
-        return out
-
-
-def _minimal(literals: set[bytes]) -> list[bytes]:
-    """Drop literals that contain another one: finding the shorter finds both."""
-    return sorted(lit for lit in literals if not any(o != lit and o in lit for o in literals))
-
-
-def choose_gates(literals: list[bytes], sample: bytes, gram: int) -> list[bytes]:
-    """A small set of substrings covering every literal, preferring ones rare in the sample (greedy set cover)."""
-    cover: dict[bytes, set[int]] = {}
-    for i, lit in enumerate(literals):
-        grams = {lit} if len(lit) <= gram else {lit[j:j + gram] for j in range(len(lit) - gram + 1)}
-        for g in grams:
-            cover.setdefault(g, set()).add(i)
-    per_mb = (1 << 20) / max(len(sample), 1)
-    # One extra pass over the data costs about as much as testing ~10 candidate lines per MiB.
-    cost = {g: 1.0 + 0.1 * sample.count(g) * per_mb for g in cover}
-    need = set(range(len(literals)))
-    gates: list[bytes] = []
-    while need:
-        best = min((g for g in cover if cover[g] & need), key=lambda g: cost[g] / len(cover[g] & need))
-        gates.append(best)
-        need -= cover[best]
-    return gates
-
-
-def _collect_lines(data: bytes, gates: list[bytes], lines: dict[int, int]) -> None:
-    find, rfind = data.find, data.rfind
-    for gate in gates:
-        pos = find(gate)
-        while pos >= 0:
-            start = rfind(b"\n", 0, pos) + 1
-            end = find(b"\n", pos)
-            if end < 0:
-                end = len(data)
-            lines[start] = end
-            pos = find(gate, end)
+    def scan(self, data: bytes, sampled: bool = False) -> LineHits:
+        hits: list[tuple[int, int]] = []
+        seen: set[int] = set()
+        for end, ids in self.automaton.iter(data.lower().decode("latin-1")):
+            for sig in ids:
+                if sampled and sig in self.sample:
+                    if sig in seen:
+                        continue
+                    seen.add(sig)
+                hits.append((end, sig))
+        return _group_by_line(data, hits)

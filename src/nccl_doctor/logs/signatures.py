@@ -52,8 +52,13 @@ class Signature:
     unclaimed: bool = False  # hints: kept only for lines no fact/error signature claims
     fixed_in: tuple[int, ...] | None = None  # NCCL release that fixed the defect this message reveals
     note: str = ""
-    prefilter: bool = False  # engines may look for its literal only (source templates): the regex decides
+    prefilter: bool = False  # a source template: its literal is a word of it, the regex decides
     addon: bool = False  # reads part of a line (an OS error text); does not replace the templates' readings
+    by_literal: bool = False  # engines look for its literals (rare in healthy logs), not for the whole pattern
+
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        """Pickled as its place in the catalog (readings come back from worker processes)."""
+        return signature_at, (self.index,)
 
     @cached_property
     def regex(self) -> re.Pattern[str]:
@@ -282,9 +287,27 @@ def _posix_brackets(pattern: str) -> str:
     return "".join(out)
 
 
+# What a healthy training job prints on most lines besides NCCL's INFO lines (the catalog's fact examples).
+TRAINING_OUTPUT = ("step 100 | epoch 1 | iteration 100/5000 | loss 2.31 | lr 3.0e-04 | tokens/s 41200 | samples/s 310 | "
+                   "grad_norm 0.91 | elapsed 00:10:00 | eta 01:02:03 | it/s 2.5 | batch 64 | checkpoint saved")
+MIN_LITERAL = 4
+
+
+def common_text(rows: list[dict[str, Any]]) -> str:
+    """The lines healthy logs are made of (lower case): a literal found in them would send every such line to the
+    Python re-check, so a signature holding one is looked for by its whole pattern instead."""
+    normal = [r["example"] for r in rows if r["role"] == "fact" or r.get("scope") == "tail"]
+    return "\n".join(normal + [TRAINING_OUTPUT]).lower()
+
+
+def distinctive(literal: str, common: str) -> bool:
+    return len(literal) >= MIN_LITERAL and literal.lower() not in common
+
+
 @cache
 def signatures() -> tuple[Signature, ...]:
     rows = load_toml("signatures.toml")["signature"]
+    common = common_text(rows)
     table: list[Signature] = []
     seen: set[str] = set()
     for i, row in enumerate(rows):
@@ -301,21 +324,26 @@ def signatures() -> tuple[Signature, ...]:
         if role in ERROR_ROLES and not (cause and "strength" in row):
             raise ValueError(f"signature {row['id']}: role {role} needs a cause and a strength")
         pattern = row["pattern"]
+        literals = _literals(row, pattern)
         table.append(Signature(
             index=i, id=row["id"], role=role, pattern=pattern, example=row["example"], cause=cause,
             fact=row.get("fact"), hint=row.get("hint"),
             strength=float(row.get("strength", 0.0)), also=also,
-            literals=_literals(row, pattern),
+            literals=literals, by_literal=all(distinctive(lit, common) for lit in literals),
             caseless=pattern.startswith("(?i)"),
             scope=row.get("scope", "all"),
             unclaimed=bool(row.get("unclaimed", False)), addon=bool(row.get("addon", False)),
             fixed_in=version_tuple(row["fixed_in"]) if row.get("fixed_in") else None,
             note=row.get("note", ""),
         ))
-    return tuple(table) + template_signatures(len(table))
+    return tuple(table) + template_signatures(len(table), common)
 
 
-def template_signatures(start: int) -> tuple[Signature, ...]:
+def signature_at(index: int) -> Signature:
+    return signatures()[index]
+
+
+def template_signatures(start: int, common: str = "") -> tuple[Signature, ...]:
     """One signature per source template (logs/templates.py), after the written ones."""
     out: list[Signature] = []
     seen: set[str] = set()
@@ -331,11 +359,12 @@ def template_signatures(start: int) -> tuple[Signature, ...]:
             continue
         seen.add(sig_id)
         ranked = sorted(meaning.causes.items(), key=lambda cs: -cs[1])
+        word = template_literal(tpl, common)
         cause, strength = ranked[0] if ranked else (None, 0.0)
         out.append(Signature(
             index=start + len(out), id=sig_id, role=meaning.role, pattern=regex, example=template_example(tpl),
             cause=cause, hint="benign_warn" if meaning.benign else None, strength=strength, also=tuple(ranked[1:]),
-            literals=(template_literal(tpl),), caseless=True, prefilter=True, note=tpl.provenance + (
+            literals=(word,), caseless=True, prefilter=True, by_literal=distinctive(word, common), note=tpl.provenance + (
                 f" - not a failure: {meaning.benign}" if meaning.benign else "")))
     return tuple(out)
 

@@ -53,6 +53,7 @@ class Source:
 class Chunk:
     data: bytes  # whole lines (the last one may lack its newline at the end of input)
     first_line: int  # 1-based number of the first line in data
+    lines: int = 0  # newlines in data
 
 
 @dataclass
@@ -87,6 +88,17 @@ def expand(paths: list[str]) -> tuple[list[Source], list[str]]:
             continue
         _add_path(arg, add_file, problems)
     return sources, problems
+
+
+def input_size(sources: list[Source]) -> int:
+    """Bytes the files hold (stdin counts nothing): what progress is measured against."""
+    total = 0
+    for s in sources:
+        try:
+            total += os.path.getsize(s.path) if s.path else 0
+        except OSError:
+            pass
+    return total
 
 
 def _add_path(path: str, add_file, problems: list[str]) -> None:
@@ -237,16 +249,17 @@ def iter_chunks(stream: BinaryIO, stats: ReadStats, chunk_size: int = CHUNK_SIZE
             carry = data
         else:
             complete, carry = data[:cut + 1], data[cut + 1:]
-            yield Chunk(complete, line_no)
-            line_no += complete.count(b"\n")
+            count = complete.count(b"\n")
+            yield Chunk(complete, line_no, count)
+            line_no += count
         if len(carry) > max_line:
             stats.truncated_lines += 1
-            yield Chunk(carry[:max_line] + b"\n", line_no)
+            yield Chunk(carry[:max_line] + b"\n", line_no, 1)
             line_no += 1
             carry = b""
             skipping = True
     if carry:
-        yield Chunk(carry, line_no)
+        yield Chunk(carry, line_no, carry.count(b"\n"))
 
 
 def _read_error(exc: BaseException, line_no: int) -> str:

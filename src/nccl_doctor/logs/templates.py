@@ -139,11 +139,12 @@ def pattern(template: Template) -> str | None:
     return "(?i)" + body
 
 
-def literal(template: Template) -> str:
-    """The longest run of fixed text without spaces (lower case): every line of the template contains it."""
+def literal(template: Template, common: str = "") -> str:
+    """A run of fixed text without spaces (lower case) that every line of the template contains: one that `common`
+    (the text healthy logs print on most lines) does not hold, then the longest."""
     fixed = _PRINTF.sub("\0", template.text).split("\0")
-    words = [w for part in fixed for w in re.split(r"\s+|\\n", part) if w]
-    return max(words, key=len).lower() if words else ""
+    words = [w.lower() for part in fixed for w in re.split(r"\s+|\\n", part) if w]
+    return max(words, key=lambda w: (w not in common, len(w))) if words else ""
 
 
 def printf_regex(text: str) -> str:

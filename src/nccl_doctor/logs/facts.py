@@ -6,7 +6,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..model import Finding
-from .collect import Collection, Event, Proc
+from .records import Collection, Event, Proc
 
 MAX_ROWS = 512
 MAX_UNRECOGNISED = 20

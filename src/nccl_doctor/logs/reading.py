@@ -1,0 +1,521 @@
+"""Reading: sources -> matched events and facts per process, streamed, in bounded memory, on every core.
+
+Each source is read on its own into a Reading (its events, hints and facts per key); the Collector adds the
+readings up in the order of the sources, so reading them in worker processes gives the report that reading
+them one after the other gives. Within a source, the engine reports candidate lines; each is decoded,
+attributed (rank/host/pid/time), re-checked with its signatures' Python regexes and recorded: error-like
+matches as events, facts and hints as per-process facts. Only the last lines of each source are read in full
+(for each rank's last state and for lines too frequent to handle everywhere, such as NCCL_DEBUG_SUBSYS=COLL
+calls).
+
+Facts that saturate (SATURATING: a process's transports, its communicators' init) are printed for every
+channel of every communicator, often most of a log. Once a source's lines of them have told nothing new for a
+while (and no communicator it started is still initialising), the engine reports only the first such line
+per chunk; a line that tells something new (another process, another transport) brings full reading back.
+The end of such a source is read again for comm init lines, so a communicator stuck there is still seen.
+"""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import os
+import re
+import sys
+from collections import defaultdict, deque
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from . import flight_recorder as fr
+from .attribution import LineInfo, attribute, rank_from_path
+from .engine import Engine, default_engine
+from .identity import Identities
+from .records import COMM_RANKS, EVENTS_PER_KEY, MAX_EVENTS, Collection, Event, Key, kept
+from .signatures import Signature, signatures
+from .sources import READ_ERRORS, Chunk, ReadStats, Source, input_size, iter_chunks, looks_binary, open_stream, sniff
+
+TAIL_BYTES = 256 * 1024  # the end of each source read line by line
+TAIL_LINES = 5000  # at most this many lines from the end of each source
+TAIL_QUIET = 300  # ... stopping once this many lines brought no new process
+HINTS_HEAD = 12  # context lines kept per hint: the first ones ...
+HINTS_TAIL = 12  # ... and the last ones
+GLOBAL_FACTS = 64
+SATURATING = ("transport", "comm_init")
+QUIET_SATURATED = 256  # saturating lines in a row that told nothing new before a source is sampled
+MAX_PENDING = 4096  # communicators still initialising that a source tracks (beyond: never sampled)
+PARALLEL_BYTES = 64 << 20  # below this much input, worker processes cost more than they save
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+OnBytes = Callable[[int], None]  # told the input bytes read so far
+
+
+class Reading:
+    """What one or more sources held: events, hints and facts per key, before processes are resolved."""
+
+    def __init__(self) -> None:
+        self.out = Collection()
+        self.ids = Identities()
+        self.kept: dict[tuple[str, Key], int] = defaultdict(int)
+        self.hint_tail: dict[str, deque[Event]] = defaultdict(partial(deque, maxlen=HINTS_TAIL))
+
+    def keep_event(self, event: Event) -> None:
+        slot = (event.sig.id, event.key)
+        self.kept[slot] += 1
+        if self.kept[slot] > EVENTS_PER_KEY or len(self.out.events) >= MAX_EVENTS:
+            self.out.dropped_events += 1
+            return
+        self.out.events.append(event)
+
+    def keep_hint(self, name: str, event: Event) -> None:
+        head = self.out.hints[name]
+        if len(head) < HINTS_HEAD:
+            head.append(event)
+        else:  # and the latest ones: what was going on when the job failed
+            self.hint_tail[name].append(event)
+
+    def keep_global(self, name: str, event: Event) -> None:
+        if len(self.out.global_facts[name]) < GLOBAL_FACTS:
+            self.out.global_facts[name].append(event)
+
+    def absorb(self, other: Reading) -> None:
+        """Add a later source's reading: what reading it right after the sources already here would give."""
+        out, more = self.out, other.out
+        for event in more.events:
+            self.keep_event(event)
+        out.dropped_events += more.dropped_events
+        for name, events in more.hints.items():
+            for event in [*events, *other.hint_tail.get(name, ())]:
+                self.keep_hint(name, event)
+        for name, events in more.global_facts.items():
+            for event in events:
+                self.keep_global(name, event)
+        out.elastic_root += more.elastic_root
+        out.problems += more.problems
+        out.sources_read += more.sources_read
+        out.source_lines.update(more.source_lines)
+        out.lines += more.lines
+        out.bytes += more.bytes
+        self.ids.absorb(other.ids)
+
+
+class Collector:
+    """Reads sources (in worker processes when there is enough to read) and adds up their readings in order."""
+
+    def __init__(self, engine: Engine | None = None, on_bytes: OnBytes | None = None) -> None:
+        self.engine = engine or default_engine()
+        self.reading = Reading()
+        self.reading.out.engine = self.engine.name
+        self.on_bytes = on_bytes
+        self.count = 0
+        self.read = 0  # bytes read in this process
+        self.read_elsewhere: Any = None  # bytes read by worker processes (a shared counter)
+
+    def add_source(self, source: Source) -> None:
+        self.count += 1
+        self.reading.absorb(SourceReader(source, self.count, self.engine, self._tick).read())
+
+    def _tick(self, n: int = 0) -> None:
+        self.read += n
+        if self.on_bytes:
+            self.on_bytes(self.read + (self.read_elsewhere.value if self.read_elsewhere is not None else 0))
+
+    def add_sources(self, sources: list[Source], workers: int | None = None) -> None:
+        workers = workers or _cpus()
+        files = [s for s in sources if s.path is not None]
+        if workers < 2 or len(files) < 2 or input_size(files) < PARALLEL_BYTES:
+            for source in sources:
+                self.add_source(source)
+            return
+        self._add_in_parallel(sources, min(workers, len(files)))
+
+    def _add_in_parallel(self, sources: list[Source], workers: int) -> None:
+        fork = sys.platform == "linux"  # workers inherit the compiled engine; elsewhere they load it again
+        context = multiprocessing.get_context("fork" if fork else "spawn")
+        self.read_elsewhere = done = context.Value("q", 0, lock=False)
+        jobs = [(self.count + i + 1, s) for i, s in enumerate(sources) if s.path is not None]
+        pool = context.Pool(workers, _start_worker, (self.engine if fork else self.engine.name, done))
+        try:
+            readings = pool.imap(_read_in_worker, jobs)
+            for index, source in enumerate(sources, self.count + 1):
+                if source.path is None:  # stdin stays with this process
+                    self.reading.absorb(SourceReader(source, index, self.engine, self._tick).read())
+                    continue
+                while True:
+                    try:
+                        reading = readings.next(timeout=0.25)
+                        break
+                    except multiprocessing.TimeoutError:
+                        self._tick()
+                self.reading.absorb(reading)
+                self._tick()
+            pool.close()
+        finally:
+            pool.terminate()  # on any error, Ctrl-C or SIGTERM no worker outlives the command
+            pool.join()
+        self.count += len(sources)
+
+    def finish(self) -> Collection:
+        """Merge the facts of keys that name the same process and resolve each event's rank."""
+        reading = self.reading
+        out = reading.out
+        for name, tail in reading.hint_tail.items():
+            out.hints[name].extend(tail)
+        reading.hint_tail.clear()
+        out.procs, by_key = reading.ids.resolve()
+        out._by_key = by_key  # type: ignore[attr-defined]
+        for event in out.events:
+            proc = by_key.get(event.key)
+            if proc is None:
+                continue
+            if event.rank is None and len(proc.ranks) == 1:
+                event.rank = next(iter(proc.ranks))
+            if event.host is None and len(proc.hosts) == 1:
+                event.host = next(iter(proc.hosts))
+        for events in out.hints.values():
+            for event in events:
+                proc = by_key.get(event.key)
+                if proc is not None and event.rank is None and len(proc.ranks) == 1:
+                    event.rank = next(iter(proc.ranks))
+        return out
+
+
+_worker: dict[str, Any] = {}
+
+
+def _start_worker(engine: Engine | str, done: Any) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends the pool
+    _worker.update(engine=default_engine(engine) if isinstance(engine, str) else engine, done=done)
+
+
+def _read_in_worker(job: tuple[int, Source]) -> Reading:
+    index, source = job
+    done = _worker["done"]
+
+    def on_bytes(n: int) -> None:
+        done.value += n
+
+    return SourceReader(source, index, _worker["engine"], on_bytes).read()
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+class SourceReader:
+    """Reads one source into a Reading."""
+
+    def __init__(self, source: Source, index: int, engine: Engine, on_bytes: OnBytes | None = None) -> None:
+        self.source = source
+        self.index = index
+        self.engine = engine
+        self.on_bytes = on_bytes  # told each chunk's size
+        self.reading = Reading()
+        self.out = self.reading.out
+        self.ids = self.reading.ids
+        sigs = signatures()
+        self.sigs = sigs
+        self.tail_sigs = [s for s in sigs if s.scope == "tail"]
+        self.comm_sigs = [s for s in sigs if s.fact == "comm_init"]
+        self.file_rank = rank_from_path(source.path) if source.path else None
+        self.elastic_current: dict[str, Any] | None = None
+        self.quiet = 0  # saturating lines in a row that told nothing new
+        self.pending: set[tuple[Key, str]] | None = set()  # communicators started here, not complete
+        self.sampled = False  # whether saturating lines were ever sampled
+
+    def read(self) -> Reading:
+        source = self.source
+        try:
+            stream, _compression = open_stream(source)
+        except READ_ERRORS as exc:
+            self.out.problems.append(f"{source.name}: cannot read ({getattr(exc, 'strerror', None) or exc})")
+            return self.reading
+        try:
+            self._read_any(stream)
+        except READ_ERRORS as exc:
+            self.out.problems.append(f"{source.name}: cannot read ({getattr(exc, 'strerror', None) or exc})")
+        finally:
+            if source.stream is None:
+                stream.close()
+        return self.reading
+
+    def _read_any(self, stream: Any) -> None:
+        """A flight-recorder dump (pickle or JSON), or a log."""
+        head, _ = sniff(stream)
+        if fr.is_pickle(head):
+            self._add_dump(stream, head)
+            return
+        if fr.is_json_dump(head):
+            data = stream.read(fr.MAX_JSON_DUMP_BYTES + 1)
+            summary = fr.parse_json_dump(data) if len(data) <= fr.MAX_JSON_DUMP_BYTES else None
+            if summary is not None:
+                self._record_dump(summary)
+                return
+            stream = _Prefixed(data, stream)  # not a dump (e.g. JSON-lines): read it as a log
+        if looks_binary(head):
+            self.out.problems.append(f"{self.source.name}: binary file, skipped")
+            return
+        self._read_log(stream)
+
+    def _read_log(self, stream: Any) -> None:
+        source, out = self.source, self.out
+        stats = ReadStats()
+        tail: deque[Chunk] = deque()
+        tail_bytes = 0
+        lines = 0
+        for chunk in iter_chunks(stream, stats):
+            out.bytes += len(chunk.data)
+            sampled = self.quiet >= QUIET_SATURATED and not self.pending
+            self.sampled |= sampled
+            pos, line_no = 0, chunk.first_line
+            for start, end, ids in self.engine.scan(chunk.data, sampled):
+                line_no += chunk.data.count(b"\n", pos, start)  # hits come in line order
+                pos = start
+                self._on_line(line_no, chunk.data[start:end], ids, sampled)
+            tail.append(chunk)
+            tail_bytes += len(chunk.data)
+            while len(tail) > 1 and tail_bytes - len(tail[0].data) >= TAIL_BYTES:
+                tail_bytes -= len(tail.popleft().data)
+            lines = chunk.first_line + chunk.lines - 1
+            if self.on_bytes:
+                self.on_bytes(len(chunk.data))
+        self._read_tail(tail)
+        out.lines += lines
+        out.source_lines[source.name] = lines
+        if stats.problem:
+            out.problems.append(f"{source.name}: {stats.problem}")
+        if lines == 0 and not tail:
+            if not stats.problem:
+                out.problems.append(f"{source.name}: empty")
+            return
+        out.sources_read.append(source.name)
+        if stats.truncated_lines:
+            out.problems.append(f"{source.name}: {stats.truncated_lines} line(s) longer than 64 KiB were cut")
+
+    def _add_dump(self, stream: Any, head: bytes) -> None:
+        try:
+            summary = fr.read_dump(stream, head)
+        except fr.UnsafeDump as exc:
+            self.out.problems.append(f"{self.source.name}: rejected flight-recorder dump: {exc}")
+            return
+        self._record_dump(summary)
+
+    def _record_dump(self, summary: fr.DumpSummary) -> None:
+        source = self.source
+        summary.source = source.name
+        rank = rank_from_path(source.path or source.name)
+        key: Key = ("rank", rank) if rank is not None else ("src", source.name)
+        self.ids.find(key)
+        proc = self.ids.proc(key)
+        proc.fr = summary
+        proc.sources.add(source.name)
+        if rank is not None:
+            proc.ranks.add(rank)
+        self.out.sources_read.append(source.name)
+
+    # ------------------------------------------------------------------ one line
+
+    def _on_line(self, line_no: int, raw: bytes, ids: list[int], sampled: bool = False) -> None:
+        text = _clean(raw)
+        info = attribute(text)
+        matched: list[tuple[Signature, dict[str, str]]] = []
+        for index in ids:
+            sig = self.sigs[index]
+            caps = sig.match(info.message)
+            if caps is None:
+                caps = sig.match(text)
+            if caps is not None:
+                matched.append((sig, caps))
+        if not matched:
+            return
+        # A written signature that knows the line (a fact, a specific error or an echo) overrides the generated
+        # templates; a written catch-all (generic) does not hide a template's more precise reading.
+        # the other readings are all kept for the weighing. Hints marked `unclaimed` only stand for lines nothing
+        # else recognised.
+        if any(not s.prefilter and not s.addon and s.role not in ("hint", "generic") for s, _ in matched):
+            matched = [(s, c) for s, c in matched if not s.prefilter]
+        if any(not s.unclaimed for s, _ in matched):  # recognised: not one of the lines nobody explains
+            matched = [(s, c) for s, c in matched if not s.unclaimed]
+        if sampled:  # a sampled START may have its COMPLETE among the lines not reported: only the tail tells
+            matched = [(s, c) for s, c in matched if not (s.fact == "comm_init" and c.get("phase") == "START")]
+        new_writer = not self._known(info)
+        key = self.ids.identify(self.source.name, self.file_rank, info)
+        order = (self.index, line_no)
+        for sig, caps in matched:
+            event = Event(sig=sig, source=self.source.name, line=line_no, text=kept(text),
+                          message=kept(info.message),
+                          caps=caps, key=key, rank=info.rank if info.rank is not None else self.file_rank,
+                          host=info.host, pid=info.pid, ts=info.ts, ts_kind=info.ts_kind, order=order)
+            self._record(event, new_writer)
+
+    def _known(self, info: LineInfo) -> bool:
+        """Whether the line's writer has been seen in this source (before identify() records it)."""
+        if info.pid is not None:
+            return ("hp", info.host or "?", info.pid) in self.ids.procs
+        rank = info.rank if info.rank is not None else self.file_rank
+        return rank is not None and ("rank", rank) in self.ids.procs
+
+    def _record(self, event: Event, new_writer: bool = False) -> None:
+        sig = event.sig
+        if sig.role == "fact":
+            news = self._record_fact(event)
+            if sig.fact in SATURATING:
+                self.quiet = 0 if news or new_writer else self.quiet + 1
+            return
+        if sig.role == "hint":
+            self.reading.keep_hint(sig.hint or sig.id, event)
+            return
+        self.reading.keep_event(event)
+
+    def _record_fact(self, event: Event) -> bool:
+        """Record a fact; True when it told something new about its process (for saturating facts)."""
+        name = event.sig.fact or event.sig.id
+        caps = event.caps
+        proc = self.ids.proc(event.key)
+        if name == "nccl_env":
+            proc.env.setdefault(caps.get("var", ""), caps.get("value", ""))
+        elif name == "transport":
+            transport = _transport_name(caps.get("transport", ""))
+            news = transport not in proc.transports
+            proc.transports.add(transport)
+            return news
+        elif name == "comm_init":
+            comm = caps.get("commid") or caps.get("comm", "?")
+            phase = caps.get("phase", "")
+            news = proc.add_comm_phase(comm, phase, int(caps.get("nranks", 0)))
+            self._track_pending(event.key, comm, phase)
+            if event.pid is not None:
+                proc.add_fact("comm_rank", event, COMM_RANKS)
+            proc.add_fact(name, event)
+            return news
+        elif name == "rank_host":
+            self.ids.link_rank_host(caps)
+        elif name == "elastic_root_cause":
+            self.elastic_current = {"source": event.source, "line": event.line}
+            self.out.elastic_root.append(self.elastic_current)
+            return False
+        elif name == "elastic_field":
+            current = self.elastic_current
+            if current is not None and current["source"] == event.source and event.line - current["line"] < 12:
+                current.setdefault(caps.get("field", ""), caps.get("value", "").strip())
+            return False
+        elif name == "fingerprint":  # only each process's latest collective matters
+            proc.facts[name] = [event]
+            return False
+        elif name in ("world_size", "desync", "desync_at"):
+            self.reading.keep_global(name, event)
+            return False
+        proc.add_fact(name, event)
+        return False
+
+    def _track_pending(self, key: Key, comm: str, phase: str) -> None:
+        if self.pending is None:
+            return
+        if phase == "START":
+            self.pending.add((key, comm))
+            if len(self.pending) > MAX_PENDING:
+                self.pending = None  # too many to tell: this source is read in full
+        else:
+            self.pending.discard((key, comm))
+
+    # ------------------------------------------------------------------ tails
+
+    def _read_tail(self, tail: deque[Chunk]) -> None:
+        """Read the end of a source backwards until no new process has shown up for a while."""
+        if not tail:
+            return
+        data = b"".join(c.data for c in tail)
+        first_line = tail[0].first_line
+        lines = data.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()
+        picked: list[tuple[int, str, LineInfo]] = []
+        seen: set[tuple[str | None, int | None, int | None]] = set()
+        quiet = 0
+        for offset in range(len(lines) - 1, max(-1, len(lines) - 1 - TAIL_LINES), -1):
+            raw = lines[offset]
+            if not raw.strip():
+                continue
+            text = _clean(raw)
+            info = attribute(text)
+            message = info.message.strip()
+            if not message or set(message) <= set("-=*#[]. "):
+                continue
+            picked.append((first_line + offset, text, info))
+            who = (info.host, info.pid, info.rank)
+            quiet = 0 if who not in seen else quiet + 1
+            seen.add(who)
+            if quiet >= TAIL_QUIET:
+                break
+        for line_no, text, info in reversed(picked):
+            self._tail_line(line_no, text, info)
+
+    def _tail_line(self, line_no: int, text: str, info: LineInfo) -> None:
+        source = self.source.name
+        message = info.message.strip()
+        key = self.ids.identify(source, self.file_rank, info)
+        proc = self.ids.proc(key)
+        order = (self.index, line_no)
+        if order > proc.last_line_order:
+            proc.last_line, proc.last_line_order = (source, line_no, kept(message)), order
+        for sig in self.tail_sigs + (self.comm_sigs if self.sampled else []):
+            if any(lit in text for lit in sig.literals):
+                caps = sig.match(message)
+                if caps is None:
+                    continue
+                event = Event(sig=sig, source=source, line=line_no, text=kept(text),
+                              message=kept(message), caps=caps, key=key,
+                              rank=info.rank if info.rank is not None else self.file_rank,
+                              host=info.host, pid=info.pid, order=order)
+                if sig.fact == "comm_init":
+                    if not any(e.line == line_no and e.source == source
+                               for name in ("comm_init", "comm_rank") for e in proc.facts.get(name, [])):
+                        self._record_fact(event)  # not read in full before: the sample skipped it
+                    continue
+                proc.colls.append((int(caps["opcount"], 16), caps["op"], int(caps["count"]),
+                                   caps.get("comm", ""), event))
+
+
+def _transport_name(raw: str) -> str:
+    if raw.startswith("NET/"):
+        return raw
+    if raw.startswith("P2P"):
+        return "P2P"
+    if "shared memory" in raw or raw.startswith("SHM"):
+        return "SHM"
+    return raw
+
+
+def _clean(raw: bytes) -> str:
+    text = raw.decode("utf-8", "replace").rstrip("\r\n")
+    if "\r" in text:  # progress bars redraw with \r: the last state is what the user saw
+        parts = [p for p in text.split("\r") if p.strip()]
+        text = parts[-1] if parts else ""
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    return text
+
+
+class _Prefixed(io.RawIOBase):
+    """Bytes already read, then the rest of the stream: lets a sniffed JSON file be read as a log."""
+
+    def __init__(self, prefix: bytes, rest: Any) -> None:
+        self.prefix, self.rest = memoryview(prefix), rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.prefix:
+            n = min(len(buffer), len(self.prefix))
+            buffer[:n] = self.prefix[:n]
+            self.prefix = self.prefix[n:]
+            return n
+        data = self.rest.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
