@@ -286,12 +286,31 @@ def write_fixtures(root: Path) -> None:
 # ---------------------------------------------------------------------------- big corpus for the benchmark
 
 FAULT_RANK = 37  # hits an IB retry-exceeded error; everyone else echoes it
+OLD_VERSION = "2.20.3"  # what the last host loads (the others 2.21.5)
+
+
+def comm_round(host: str, pid: int, rank: int, nranks: int, dev: int, comm: int, per_host: int) -> list[str]:
+    """One more communicator (a job that makes them as it goes, e.g. an RL weight-sync group): init lines and
+    the channel lines NCCL prints for it, most of an NCCL_DEBUG=INFO log."""
+    q = nccl_prefix(host, pid, pid + 57, dev)
+    ident = f"comm 0x7f{comm:06x}{rank:04x} rank {rank} nranks {nranks} cudaDev {dev} nvmlDev {dev} busId {dev + 1}b000 " \
+            f"commId 0x{comm:08x}5e40"
+    lines = [f"{q} NCCL INFO {ident} - Init START"]
+    for ch in range(32):
+        nxt, prv = (rank + 1) % nranks, (rank - 1) % nranks
+        for peer, way in ((nxt, "send"), (prv, "receive")):
+            via = f"NET/IB/{ch % 2}/GDRDMA" if peer // per_host != rank // per_host else "P2P/CUMEM/read"
+            lines.append(f"{q} NCCL INFO Channel {ch:02d}/0 : {rank}[{dev}] -> {peer}[{peer % per_host}] [{way}] via {via}")
+    lines.append(f"{q} NCCL INFO Connected all rings, use ring PXN 0 GDR 1")
+    lines.append(f"{q} NCCL INFO ncclCommInitRank {ident} - Init COMPLETE")
+    return lines
 
 
 def write_corpus(root: Path, total_bytes: int, ranks: int = 64, hosts: int = 8, seed: int = 7) -> dict:
-    """One NCCL_DEBUG=INFO(+COLL) log per rank, ~total_bytes in all, with planted faults:
-    rank FAULT_RANK's IB completion error 12 first, echoes on its peers, watchdog timeouts everywhere else,
-    and the last host using a different NCCL patch release (a warning-level mismatch)."""
+    """One NCCL_DEBUG=INFO(+COLL) log per rank, ~total_bytes in all, mostly channel and init lines of communicators
+    made as the job goes, training lines and COLL calls, with planted faults: rank FAULT_RANK's IB completion
+    error 12 first, echoes on its peers, watchdog timeouts everywhere else, and the last host loading another
+    NCCL release (OLD_VERSION)."""
     rng = random.Random(seed)
     per_rank = total_bytes // ranks
     per_host = ranks // hosts
@@ -302,21 +321,23 @@ def write_corpus(root: Path, total_bytes: int, ranks: int = 64, hosts: int = 8, 
         pid = 20000 + rank
         dev = rank % per_host
         prefix = nccl_prefix(host, pid, pid, dev)
-        head = init_block(host, pid, rank, ranks, dev, ip=f"10.8.0.{host_i + 1}", nchannels=16)
+        version = OLD_VERSION if host_i == hosts - 1 else "2.21.5"
+        head = init_block(host, pid, rank, ranks, dev, version=version, ip=f"10.8.0.{host_i + 1}", nchannels=16)
         body_parts = ["\n".join(head), "\n"]
         size = sum(len(p) for p in body_parts)
         step = 0
         opcount = 0
+        comm = 0
         while size < per_rank - 4096:
-            block = []
-            for _ in range(50):
+            comm += 1
+            block = comm_round(host, pid, rank, ranks, dev, comm, per_host)
+            for _ in range(20):
                 step += 1
                 block.append(f"[rank{rank}]: step {step} | loss {2.0 + rng.random():.4f} | tokens/s 41{rng.randint(100, 999)}")
-                for _ in range(6):
-                    opcount += 1
-                    block.append(f"{prefix} NCCL INFO AllReduce: opCount {opcount:x} sendbuff 0x7f3a{opcount:08x} "
-                                 f"recvbuff 0x7f3a{opcount:08x} count 33554432 datatype 7 op 0 root 0 "
-                                 f"comm 0x55d0a{rank:04x} [nranks={ranks}] stream 0x55e1c3a0")
+                opcount += 1
+                block.append(f"{prefix} NCCL INFO AllReduce: opCount {opcount:x} sendbuff 0x7f3a{opcount:08x} "
+                             f"recvbuff 0x7f3a{opcount:08x} count 33554432 datatype 7 op 0 root 0 "
+                             f"comm 0x55d0a{rank:04x} [nranks={ranks}] stream 0x55e1c3a0")
             text = "\n".join(block) + "\n"
             body_parts.append(text)
             size += len(text)
@@ -338,7 +359,8 @@ def write_corpus(root: Path, total_bytes: int, ranks: int = 64, hosts: int = 8, 
         out.parent.mkdir(exist_ok=True)
         with open(out, "w") as fh:
             fh.writelines(body_parts)
-    return {"fault_rank": FAULT_RANK, "cause": "ib-retry-exceeded"}
+    return {"fault_rank": FAULT_RANK, "cause": "ib-retry-exceeded", "also": "nccl-version-mismatch",
+            "also_hosts": [f"gpu-node{hosts - 1:02d}"]}
 
 
 def main() -> None:

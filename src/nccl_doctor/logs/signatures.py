@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_parse  # type: ignore[no-redef]
 
 from ..catalog import cause as lookup_cause
-from ..catalog import load_toml
+from ..catalog import load_toml, read_text
 from ..catalog.env_vars import version_tuple
 from .templates import example as template_example
 from .templates import literal as template_literal
@@ -137,13 +137,14 @@ _TRAILING_TAIL = re.compile(rf"(?:\(\?:{_TAIL_ATOM}\)|\(\?:[^()]*\)[*+]\??|{_TAI
 
 
 def hyperscan_expression(pattern: str) -> str:
-    """The pattern as hyperscan wants it: plain groups, no optional head, no unbounded tail.
+    """The pattern as hyperscan wants it: plain groups, no leading group, no unbounded tail.
 
-    Python's re re-checks every reported line, so hyperscan only has to find the same lines: an optional
-    group at the start or an unbounded tail at the end changes no line's verdict, only its cost (a leading
-    `[\\w/.-]+` makes hyperscan track every word of the input).
+    Python's re re-checks every reported line, so hyperscan only has to report every line that may match: a
+    group at the start (the contexts a short template needs, an optional prefix) or an unbounded tail at the end
+    changes no line's verdict, only its cost (a leading `[\\w/.-]+` or `(?:...|^\\W{0,4}|\\]:\\s*)` makes hyperscan
+    track most positions of the input).
     """
-    expr = _strip_optional_head(_NAMED_GROUP.sub("(?:", pattern))
+    expr = _strip_head(_NAMED_GROUP.sub("(?:", pattern))
     while True:
         stripped = _strip_optional_tail(_TRAILING_TAIL.sub("", expr))
         if stripped == expr or not stripped or _unbalanced(stripped):
@@ -151,15 +152,30 @@ def hyperscan_expression(pattern: str) -> str:
         expr = stripped
 
 
-def _strip_optional_head(expr: str) -> str:
-    """'(?:X)?rest' -> 'rest', repeatedly, while something is left."""
-    while expr.startswith("("):
-        end = _group_end(expr)
-        rest = expr[end + 2:]
-        if end < 0 or expr[end + 1:end + 2] != "?" or not rest or rest[0] in "?+" or "|" in _top_level(rest):
-            return expr
+_FLAGS = re.compile(r"\(\?[aiLmsux]+\)")
+_QUANTIFIER = re.compile(r"(?:[?*+]|\{\d*,?\d*\})\??")
+_ANY_RUN = re.compile(r"(?:\.|\\[sSwWdD])[*+]\??")  # '.*?' '\s+': dropped from the head like a group
+
+
+def _strip_head(expr: str) -> str:
+    """'(X)rest' -> 'rest' (X optional or not: what is left finds a superset of the lines), repeatedly, while the
+    rest holds a literal of MIN_LITERAL characters and no top-level '|'."""
+    flags = _FLAGS.match(expr)
+    prefix = flags.group() if flags else ""
+    expr = expr[len(prefix):]
+    while expr.startswith("(") or _ANY_RUN.match(expr):
+        run = _ANY_RUN.match(expr)
+        end = run.end() - 1 if run else _group_end(expr)
+        if end < 0:
+            break
+        rest = expr[end + 1:]
+        quantifier = None if run else _QUANTIFIER.match(rest)
+        rest = rest[quantifier.end():] if quantifier else rest
+        literals = required_literals(prefix + rest) if rest and "|" not in _top_level(rest) else ()
+        if not literals or min(map(len, literals)) < MIN_LITERAL:
+            break
         expr = rest
-    return expr
+    return prefix + expr
 
 
 def _strip_optional_tail(expr: str) -> str:
@@ -287,17 +303,15 @@ def _posix_brackets(pattern: str) -> str:
     return "".join(out)
 
 
-# What a healthy training job prints on most lines besides NCCL's INFO lines (the catalog's fact examples).
-TRAINING_OUTPUT = ("step 100 | epoch 1 | iteration 100/5000 | loss 2.31 | lr 3.0e-04 | tokens/s 41200 | samples/s 310 | "
-                   "grad_norm 0.91 | elapsed 00:10:00 | eta 01:02:03 | it/s 2.5 | batch 64 | checkpoint saved")
 MIN_LITERAL = 4
 
 
 def common_text(rows: list[dict[str, Any]]) -> str:
-    """The lines healthy logs are made of (lower case): a literal found in them would send every such line to the
-    Python re-check, so a signature holding one is looked for by its whole pattern instead."""
+    """What healthy logs are made of (lower case): catalog/healthy.log and the examples of the catalog's facts. A
+    literal found there would send every such line to the Python re-check, so a signature holding one is looked
+    for by its whole pattern instead (and a template by another of its words)."""
     normal = [r["example"] for r in rows if r["role"] == "fact" or r.get("scope") == "tail"]
-    return "\n".join(normal + [TRAINING_OUTPUT]).lower()
+    return "\n".join(normal + [read_text("healthy.log")]).lower()
 
 
 def distinctive(literal: str, common: str) -> bool:
