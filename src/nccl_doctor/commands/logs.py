@@ -8,6 +8,7 @@ from ..logs import diagnose_paths
 from ..model import Report
 from ..render import emit, literal
 from ..render.markdown import render_markdown
+from ..render.progress import reading
 from ..render.table import print_rank_table
 from ..render.text import console_for
 
@@ -20,11 +21,12 @@ MAX_TEXT = 200
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print Markdown for a GitHub issue.")
 @click.option("--engine", type=click.Choice(["auto", "hyperscan", "portable"]), default="auto", show_default=True,
-              help="Pattern engine: hyperscan (fast, optional extra) or the portable pre-filter.")
+              help="Pattern engine: hyperscan, or portable (Aho-Corasick, where hyperscan has no wheels).")
 def logs(paths: tuple[str, ...], as_json: bool, as_markdown: bool, engine: str) -> int:
     """Diagnose a failed or hung job from its logs: files, directories, globs, .gz, - for stdin,
     and PyTorch flight-recorder dumps (TORCH_NCCL_DUMP_ON_TIMEOUT)."""
-    report = diagnose_paths(list(paths), engine=None if engine == "auto" else engine)
+    with reading("reading logs") as on_start:
+        report = diagnose_paths(list(paths), engine=None if engine == "auto" else engine, on_start=on_start)
     for problem in report.facts["inputs"]["problems"]:
         click.echo(f"nccl-doctor: skipped: {literal.shown(problem)}", err=True)
     if as_json:

@@ -42,7 +42,8 @@ HINTS_HEAD = 12  # context lines kept per hint: the first ones ...
 HINTS_TAIL = 12  # ... and the last ones
 GLOBAL_FACTS = 64
 SATURATING = ("transport", "comm_init")
-QUIET_SATURATED = 256  # saturating lines in a row that told nothing new before a source is sampled
+QUIET_SATURATED = 128  # saturating lines in a row that told nothing new before a source is sampled
+FIRST_BLOCK = 16 * 1024  # read in full, a source is scanned in blocks that double from this up to a chunk
 MAX_PENDING = 4096  # communicators still initialising that a source tracks (beyond: never sampled)
 PARALLEL_BYTES = 64 << 20  # below this much input, worker processes cost more than they save
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -149,9 +150,12 @@ class Collector:
                         self._tick()
                 self.reading.absorb(reading)
                 self._tick()
+        except BaseException:
+            pool.terminate()  # on any error, Ctrl-C or SIGTERM no worker outlives the command
+            raise
+        else:
             pool.close()
         finally:
-            pool.terminate()  # on any error, Ctrl-C or SIGTERM no worker outlives the command
             pool.join()
         self.count += len(sources)
 
@@ -187,6 +191,7 @@ def _start_worker(engine: Engine | str, done: Any) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends the pool
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as the pool ends it (not the command's Terminated)
     _worker.update(engine=default_engine(engine) if isinstance(engine, str) else engine, done=done)
 
 
@@ -222,11 +227,13 @@ class SourceReader:
         self.sigs = sigs
         self.tail_sigs = [s for s in sigs if s.scope == "tail"]
         self.comm_sigs = [s for s in sigs if s.fact == "comm_init"]
+        self.saturating = frozenset(s.index for s in sigs if s.fact in SATURATING)
         self.file_rank = rank_from_path(source.path) if source.path else None
         self.elastic_current: dict[str, Any] | None = None
         self.quiet = 0  # saturating lines in a row that told nothing new
         self.pending: set[tuple[Key, str]] | None = set()  # communicators started here, not complete
         self.sampled = False  # whether saturating lines were ever sampled
+        self.block = FIRST_BLOCK
 
     def read(self) -> Reading:
         source = self.source
@@ -270,13 +277,7 @@ class SourceReader:
         lines = 0
         for chunk in iter_chunks(stream, stats):
             out.bytes += len(chunk.data)
-            sampled = self.quiet >= QUIET_SATURATED and not self.pending
-            self.sampled |= sampled
-            pos, line_no = 0, chunk.first_line
-            for start, end, ids in self.engine.scan(chunk.data, sampled):
-                line_no += chunk.data.count(b"\n", pos, start)  # hits come in line order
-                pos = start
-                self._on_line(line_no, chunk.data[start:end], ids, sampled)
+            self._scan(chunk)
             tail.append(chunk)
             tail_bytes += len(chunk.data)
             while len(tail) > 1 and tail_bytes - len(tail[0].data) >= TAIL_BYTES:
@@ -296,6 +297,38 @@ class SourceReader:
         out.sources_read.append(source.name)
         if stats.truncated_lines:
             out.problems.append(f"{source.name}: {stats.truncated_lines} line(s) longer than 64 KiB were cut")
+
+    def _scan(self, chunk: Chunk) -> None:
+        """Scan a chunk, in blocks while it is read in full, so that sampling can start soon after saturation."""
+        data, at, first_line = chunk.data, 0, chunk.first_line
+        while at < len(data):
+            sampled = self._saturated()
+            self.sampled |= sampled
+            if sampled:
+                end = len(data)
+                self.block = FIRST_BLOCK  # should something new come, saturation is sought again from small blocks
+            else:
+                end = data.find(b"\n", at + self.block) + 1 or len(data)
+                self.block = min(2 * self.block, len(data))
+            block = data[at:end] if at or end < len(data) else data
+            pos, line_no = 0, first_line
+            taken: set[int] = set()  # saturating signatures whose line of this block was read once saturated
+            for start, stop, ids in self.engine.scan(block, sampled):
+                line_no += block.count(b"\n", pos, start)  # hits come in line order
+                pos = start
+                now = sampled or (self._saturated() and self.saturating.issuperset(ids))
+                if now and not sampled:  # saturated within the block: as if sampled from here on
+                    if taken.issuperset(ids):
+                        continue
+                    taken.update(ids)
+                    self.sampled = True
+                self._on_line(line_no, block[start:stop], ids, now)
+            if end < len(data):
+                first_line += block.count(b"\n")
+            at = end
+
+    def _saturated(self) -> bool:
+        return self.quiet >= QUIET_SATURATED and not self.pending
 
     def _add_dump(self, stream: Any, head: bytes) -> None:
         try:
@@ -347,11 +380,16 @@ class SourceReader:
         key = self.ids.identify(self.source.name, self.file_rank, info)
         order = (self.index, line_no)
         for sig, caps in matched:
-            event = Event(sig=sig, source=self.source.name, line=line_no, text=kept(text),
-                          message=kept(info.message),
-                          caps=caps, key=key, rank=info.rank if info.rank is not None else self.file_rank,
-                          host=info.host, pid=info.pid, ts=info.ts, ts_kind=info.ts_kind, order=order)
-            self._record(event, new_writer)
+            def event(sig: Signature = sig, caps: dict[str, str] = caps) -> Event:
+                return Event(sig=sig, source=self.source.name, line=line_no, text=kept(text),
+                             message=kept(info.message),
+                             caps=caps, key=key, rank=info.rank if info.rank is not None else self.file_rank,
+                             host=info.host, pid=info.pid, ts=info.ts, ts_kind=info.ts_kind, order=order)
+            if sig.fact in SATURATING:  # most lines of a log: the event is made (and redacted) only if kept
+                news = self._saturating(sig.fact, caps, key, info.pid, event)
+                self.quiet = 0 if news or new_writer else self.quiet + 1
+            else:
+                self._record(event())
 
     def _known(self, info: LineInfo) -> bool:
         """Whether the line's writer has been seen in this source (before identify() records it)."""
@@ -360,58 +398,64 @@ class SourceReader:
         rank = info.rank if info.rank is not None else self.file_rank
         return rank is not None and ("rank", rank) in self.ids.procs
 
-    def _record(self, event: Event, new_writer: bool = False) -> None:
+    def _record(self, event: Event) -> None:
         sig = event.sig
         if sig.role == "fact":
-            news = self._record_fact(event)
-            if sig.fact in SATURATING:
-                self.quiet = 0 if news or new_writer else self.quiet + 1
+            self._record_fact(event)
             return
         if sig.role == "hint":
             self.reading.keep_hint(sig.hint or sig.id, event)
             return
         self.reading.keep_event(event)
 
-    def _record_fact(self, event: Event) -> bool:
-        """Record a fact; True when it told something new about its process (for saturating facts)."""
-        name = event.sig.fact or event.sig.id
-        caps = event.caps
-        proc = self.ids.proc(event.key)
-        if name == "nccl_env":
-            proc.env.setdefault(caps.get("var", ""), caps.get("value", ""))
-        elif name == "transport":
+    def _saturating(self, name: str, caps: dict[str, str], key: Key, pid: int | None,
+                    event: Callable[[], Event]) -> bool:
+        """Record a process's transport or comm init; True when it told something new about the process."""
+        proc = self.ids.proc(key)
+        if name == "transport":
             transport = _transport_name(caps.get("transport", ""))
             news = transport not in proc.transports
             proc.transports.add(transport)
             return news
-        elif name == "comm_init":
-            comm = caps.get("commid") or caps.get("comm", "?")
-            phase = caps.get("phase", "")
-            news = proc.add_comm_phase(comm, phase, int(caps.get("nranks", 0)))
-            self._track_pending(event.key, comm, phase)
-            if event.pid is not None:
-                proc.add_fact("comm_rank", event, COMM_RANKS)
-            proc.add_fact(name, event)
-            return news
+        comm = caps.get("commid") or caps.get("comm", "?")
+        phase = caps.get("phase", "")
+        news = proc.add_comm_phase(comm, phase, int(caps.get("nranks", 0)))
+        self._track_pending(key, comm, phase)
+        ranks, inits = proc.facts.get("comm_rank", ()), proc.facts.get(name, ())
+        if (pid is not None and len(ranks) < COMM_RANKS) or len(inits) < EVENTS_PER_KEY:
+            made = event()
+            if pid is not None:
+                proc.add_fact("comm_rank", made, COMM_RANKS)
+            proc.add_fact(name, made)
+        return news
+
+    def _record_fact(self, event: Event) -> None:
+        name = event.sig.fact or event.sig.id
+        caps = event.caps
+        proc = self.ids.proc(event.key)
+        if name in SATURATING:
+            self._saturating(name, caps, event.key, event.pid, lambda: event)
+            return
+        if name == "nccl_env":
+            proc.env.setdefault(caps.get("var", ""), caps.get("value", ""))
         elif name == "rank_host":
             self.ids.link_rank_host(caps)
         elif name == "elastic_root_cause":
             self.elastic_current = {"source": event.source, "line": event.line}
             self.out.elastic_root.append(self.elastic_current)
-            return False
+            return
         elif name == "elastic_field":
             current = self.elastic_current
             if current is not None and current["source"] == event.source and event.line - current["line"] < 12:
                 current.setdefault(caps.get("field", ""), caps.get("value", "").strip())
-            return False
+            return
         elif name == "fingerprint":  # only each process's latest collective matters
             proc.facts[name] = [event]
-            return False
+            return
         elif name in ("world_size", "desync", "desync_at"):
             self.reading.keep_global(name, event)
-            return False
+            return
         proc.add_fact(name, event)
-        return False
 
     def _track_pending(self, key: Key, comm: str, phase: str) -> None:
         if self.pending is None:

@@ -306,22 +306,32 @@ def _posix_brackets(pattern: str) -> str:
 MIN_LITERAL = 4
 
 
-def common_text(rows: list[dict[str, Any]]) -> str:
+class CommonText:
     """What healthy logs are made of (lower case): catalog/healthy.log and the examples of the catalog's facts. A
     literal found there would send every such line to the Python re-check, so a signature holding one is looked
     for by its whole pattern instead (and a template by another of its words)."""
-    normal = [r["example"] for r in rows if r["role"] == "fact" or r.get("scope") == "tail"]
-    return "\n".join(normal + [read_text("healthy.log")]).lower()
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        normal = [r["example"] for r in rows if r["role"] == "fact" or r.get("scope") == "tail"]
+        self.text = "\n".join(normal + [read_text("healthy.log")]).lower()
+        words = set(self.text.split())
+        self.parts = {w[i:j] for w in words for i in range(len(w)) for j in range(i + 1, len(w) + 1)}
+
+    def __contains__(self, literal: str) -> bool:
+        """Whether the text holds `literal` (lower case): a set lookup for a literal without spaces."""
+        if any(c.isspace() for c in literal):
+            return literal in self.text
+        return literal in self.parts
 
 
-def distinctive(literal: str, common: str) -> bool:
+def distinctive(literal: str, common: CommonText) -> bool:
     return len(literal) >= MIN_LITERAL and literal.lower() not in common
 
 
 @cache
 def signatures() -> tuple[Signature, ...]:
     rows = load_toml("signatures.toml")["signature"]
-    common = common_text(rows)
+    common = CommonText(rows)
     table: list[Signature] = []
     seen: set[str] = set()
     for i, row in enumerate(rows):
@@ -357,7 +367,7 @@ def signature_at(index: int) -> Signature:
     return signatures()[index]
 
 
-def template_signatures(start: int, common: str = "") -> tuple[Signature, ...]:
+def template_signatures(start: int, common: CommonText) -> tuple[Signature, ...]:
     """One signature per source template (logs/templates.py), after the written ones."""
     out: list[Signature] = []
     seen: set[str] = set()

@@ -15,6 +15,7 @@ import io
 import re
 from dataclasses import dataclass
 from functools import cache
+from collections.abc import Container
 from typing import Any
 
 from ..catalog import cause as lookup_cause
@@ -139,7 +140,7 @@ def pattern(template: Template) -> str | None:
     return "(?i)" + body
 
 
-def literal(template: Template, common: str = "") -> str:
+def literal(template: Template, common: Container[str] = "") -> str:
     """A run of fixed text without spaces (lower case) that every line of the template contains: one that `common`
     (the text healthy logs print on most lines) does not hold, then the longest."""
     fixed = _PRINTF.sub("\0", template.text).split("\0")
