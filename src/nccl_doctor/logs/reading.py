@@ -31,7 +31,7 @@ from . import flight_recorder as fr
 from .attribution import LineInfo, attribute, rank_from_path
 from .engine import Engine, default_engine
 from .identity import Identities
-from .records import COMM_RANKS, EVENTS_PER_KEY, MAX_EVENTS, Collection, Event, Key, kept
+from .records import COLL_TAIL, COMM_RANKS, EVENTS_PER_KEY, MAX_EVENTS, Collection, Event, Key, kept
 from .signatures import Signature, signatures
 from .sources import READ_ERRORS, Chunk, ReadStats, Source, input_size, iter_chunks, looks_binary, open_stream, sniff
 
@@ -49,6 +49,7 @@ PARALLEL_BYTES = 64 << 20  # below this much input, worker processes cost more t
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 OnBytes = Callable[[int], None]  # told the input bytes read so far
+Call = tuple[int, str, int, str, Event]  # a COLL call: opCount, op, count, comm, the line
 
 
 class Reading:
@@ -496,10 +497,13 @@ class SourceReader:
             seen.add(who)
             if quiet >= TAIL_QUIET:
                 break
+        calls: dict[Key, deque[Callable[[], Call]]] = {}
         for line_no, text, info in reversed(picked):
-            self._tail_line(line_no, text, info)
+            self._tail_line(line_no, text, info, calls)
+        for key, made in calls.items():  # only the calls each process keeps become events (redacted)
+            self.ids.proc(key).colls.extend(call() for call in made)
 
-    def _tail_line(self, line_no: int, text: str, info: LineInfo) -> None:
+    def _tail_line(self, line_no: int, text: str, info: LineInfo, calls: dict[Key, deque[Callable[[], Call]]]) -> None:
         source = self.source.name
         message = info.message.strip()
         key = self.ids.identify(source, self.file_rank, info)
@@ -512,17 +516,20 @@ class SourceReader:
                 caps = sig.match(message)
                 if caps is None:
                     continue
-                event = Event(sig=sig, source=source, line=line_no, text=kept(text),
-                              message=kept(message), caps=caps, key=key,
-                              rank=info.rank if info.rank is not None else self.file_rank,
-                              host=info.host, pid=info.pid, order=order)
+
+                def event(sig: Signature = sig, caps: dict[str, str] = caps) -> Event:
+                    return Event(sig=sig, source=source, line=line_no, text=kept(text), message=kept(message),
+                                 caps=caps, key=key, rank=info.rank if info.rank is not None else self.file_rank,
+                                 host=info.host, pid=info.pid, order=order)
+
                 if sig.fact == "comm_init":
                     if not any(e.line == line_no and e.source == source
                                for name in ("comm_init", "comm_rank") for e in proc.facts.get(name, [])):
-                        self._record_fact(event)  # not read in full before: the sample skipped it
+                        self._record_fact(event())  # not read in full before: the sample skipped it
                     continue
-                proc.colls.append((int(caps["opcount"], 16), caps["op"], int(caps["count"]),
-                                   caps.get("comm", ""), event))
+                calls.setdefault(key, deque(maxlen=COLL_TAIL)).append(
+                    lambda caps=caps, event=event: (int(caps["opcount"], 16), caps["op"], int(caps["count"]),
+                                                    caps.get("comm", ""), event()))
 
 
 def _transport_name(raw: str) -> str:

@@ -313,7 +313,8 @@ class CommonText:
 
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         normal = [r["example"] for r in rows if r["role"] == "fact" or r.get("scope") == "tail"]
-        self.text = "\n".join(normal + [read_text("healthy.log")]).lower()
+        self.lines = normal + read_text("healthy.log").splitlines()
+        self.text = "\n".join(self.lines).lower()
         words = set(self.text.split())
         self.parts = {w[i:j] for w in words for i in range(len(w)) for j in range(i + 1, len(w) + 1)}
 
@@ -323,9 +324,18 @@ class CommonText:
             return literal in self.text
         return literal in self.parts
 
+    def lines_with(self, literal: str) -> list[str]:
+        return [line for line in self.lines if literal in line.lower()]
 
-def distinctive(literal: str, common: CommonText) -> bool:
-    return len(literal) >= MIN_LITERAL and literal.lower() not in common
+
+def distinctive(literal: str, common: CommonText, pattern: str | None = None) -> bool:
+    """Whether looking for `literal` reports few lines of healthy logs: none, or only lines `pattern` matches."""
+    lit = literal.lower()
+    if len(lit) < MIN_LITERAL and (len(lit) < 3 or lit.isalnum()):
+        return False
+    if lit not in common:
+        return True
+    return pattern is not None and all(re.search(pattern, line) for line in common.lines_with(lit))
 
 
 @cache
@@ -353,7 +363,7 @@ def signatures() -> tuple[Signature, ...]:
             index=i, id=row["id"], role=role, pattern=pattern, example=row["example"], cause=cause,
             fact=row.get("fact"), hint=row.get("hint"),
             strength=float(row.get("strength", 0.0)), also=also,
-            literals=literals, by_literal=all(distinctive(lit, common) for lit in literals),
+            literals=literals, by_literal=all(distinctive(lit, common, pattern) for lit in literals),
             caseless=pattern.startswith("(?i)"),
             scope=row.get("scope", "all"),
             unclaimed=bool(row.get("unclaimed", False)), addon=bool(row.get("addon", False)),

@@ -141,11 +141,15 @@ def pattern(template: Template) -> str | None:
 
 
 def literal(template: Template, common: Container[str] = "") -> str:
-    """A run of fixed text without spaces (lower case) that every line of the template contains: one that `common`
-    (the text healthy logs print on most lines) does not hold, then the longest."""
-    fixed = _PRINTF.sub("\0", template.text).split("\0")
-    words = [w.lower() for part in fixed for w in re.split(r"\s+|\\n", part) if w]
-    return max(words, key=lambda w: (w not in common, len(w))) if words else ""
+    """Fixed text (lower case) that every line of the template contains, and `common` (what healthy logs print)
+    does not: the longest such word; else the longest run of words as printed; else the longest word."""
+    fixed = [p.strip() for part in _PRINTF.sub("\0", template.text).split("\0") for p in part.split("\\n")]
+    words = [w.lower() for part in fixed for w in part.split() if w]
+    rare = [w for w in words if w not in common]
+    if rare or not words:
+        return max(rare, key=len, default="")
+    runs = [part.lower() for part in fixed if len(part.split()) > 1 and part.lower() not in common]
+    return max(runs or words, key=len)
 
 
 def printf_regex(text: str) -> str:
