@@ -18,7 +18,7 @@ from ..catalog import cause as lookup_cause
 from ..catalog import causes as causes_catalog
 from ..model import Evidence, Severity
 from ..model import ranges
-from .collect import Collection, Event, Proc
+from .records import Collection, Event, Proc
 from .signatures import signatures
 
 MAX_EVIDENCE = 8

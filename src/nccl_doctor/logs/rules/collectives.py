@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from ...model import Evidence
 from ...model import ranges
-from ..collect import Event, Proc
+from ..records import Event, Proc
 from ..evidence import MAX_EVIDENCE, Clue, LogView, ranks_of
 from . import rule
 

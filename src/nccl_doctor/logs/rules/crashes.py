@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from ...catalog import cause as lookup_cause
 from ...model import Evidence
-from ..collect import Event
+from ..records import Event
 from ..evidence import Clue, LogView, clip, hosts_in, ranks_of
 from ...catalog.env_vars import version_tuple
 from . import rule

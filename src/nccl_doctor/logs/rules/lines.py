@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from ...catalog import cause as lookup_cause
 from ...model import Severity
-from ..collect import Event
+from ..records import Event
 from ..evidence import Clue, LogView, clip, hosts_in, ranks_of, who
 from ...catalog.env_vars import version_tuple
 from ..signatures import Fallback, fallback, signatures

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from ...catalog import cause as lookup_cause
 from ...model import Evidence, Severity
-from ..collect import Event
+from ..records import Event
 from ..evidence import Clue, LogView, as_evidence, hosts_in, ranks_of, unique
 from . import rule
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from ...model import Evidence
 from ...model import ranges
-from ..collect import Event
+from ..records import Event
 from ..evidence import MAX_EVIDENCE, Clue, LogView, hosts_in, ranks_of
 from ...catalog.env_vars import version_tuple
 from . import rule

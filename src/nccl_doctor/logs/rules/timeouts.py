@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ...model import ranges
-from ..collect import Event
+from ..records import Event
 from ..evidence import Clue, LogView, who
 from . import rule
 
