@@ -65,6 +65,7 @@ class Observation:
     severity: Severity = Severity.ERROR
     line: bool = False  # a signature: one kind of line, rather than a rule's reading of several facts
     family: str = ""  # observations of one family are one witness (generic codes, echoes); default: the id
+    wildcard: bool = False  # the rule may name any cause (it adds weight to what other evidence names)
 
     @property
     def witness(self) -> str:
@@ -97,7 +98,7 @@ def observations() -> dict[str, Observation]:
         for cid in causes:
             lookup_cause(cid)
         table[row["id"]] = Observation(row["id"], " ".join(row["doc"].split()), causes, pick,
-                                       Severity(row.get("severity", "error")))
+                                       Severity(row.get("severity", "error")), wildcard=row["causes"] == "*")
     return table
 
 

@@ -37,6 +37,12 @@ def kind(iface: str, addr: str = "") -> str | None:
     return None
 
 
+def exclusion(iface: str) -> str:
+    """The NCCL_SOCKET_IFNAME prefix that excludes an interface and its siblings (veth1a2b -> veth, br-x -> br-)."""
+    m = re.match(r"(br-|[a-z]+)", iface)
+    return m.group(1) if m else iface
+
+
 def network_failed(view: LogView) -> list[Event]:
     """Error lines that a broken network path produces (connections refused, lost, timed out)."""
     return [e for e in view.events if e.cause in NETWORK_FAILURES or
@@ -63,10 +69,15 @@ def rule_interface_kinds(view: LogView) -> Iterator[Clue]:
     if not bad:
         return
     failures = network_failed(view)
-    listing = ", ".join(f"{iface} ({kind(iface, addr)})" for iface, addr in list(bad)[:6])
-    more = f" and {len(bad) - 6} more" if len(bad) > 6 else ""
-    fix = ("Set NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the interface the hosts share, e.g. "
-           "`NCCL_SOCKET_IFNAME=eth0`, or exclude the others: `NCCL_SOCKET_IFNAME=^lo,docker,veth,br-,virbr`.",)
+    kinds: dict[str, list[str]] = defaultdict(list)
+    for iface, addr in bad:
+        kinds[kind(iface, addr) or ""].append(iface)
+    listing = "; ".join(f"{', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''} ({what})"
+                        for what, names in kinds.items())
+    more = ""
+    names = sorted({iface for iface, _ in bad})
+    fix = (f"Keep NCCL (and Gloo) off {', '.join(names[:4])}: set NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME to the "
+           f"interface the hosts share, or exclude them: `NCCL_SOCKET_IFNAME=^{','.join(exclusion(n) for n in names[:4])}`.",)
     events = unique(bad.values())
     if failures or view.multi_host():
         yield Clue("iface-unreachable-kind", f"NCCL uses interfaces other hosts cannot reach: {listing}{more}",
@@ -88,7 +99,8 @@ def rule_link_local_connect(view: LogView) -> Iterator[Clue]:
         yield Clue("connect-to-link-local", f"connections to the link-local address {m.group('addr') if m else '?'}"
                    f"{via} failed: NCCL chose an interface whose address other hosts cannot route to",
                    events=tuple(unique(failed))[:4], ranks=ranks_of(failed), hosts=hosts_in(failed),
-                   fix=("Set NCCL_SOCKET_IFNAME to the interface with a routable address (`ip -br addr`).",))
+                   fix=(f"Set NCCL_SOCKET_IFNAME to an interface with a routable address instead of "
+                        f"{m.group('iface') if m and m.group('iface') else 'the link-local one'} (`ip -br addr`).",))
 
 
 CONNECT_SIGNATURES = ("socket-connect-failed", "socket-call-failed", "connection-closed-by-peer")
