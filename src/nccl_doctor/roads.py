@@ -92,8 +92,6 @@ def _check(finding: Finding, road: Road) -> Finding:
 
 def all_roads() -> list[Road]:
     """Every road: the declared functions of every command, and `logs`' rules and signatures."""
-    from . import cluster, rules, runtime  # noqa: F401 - importing registers their roads
-    from .cluster import bench, stages  # noqa: F401
     from .logs.evidence import observation
     from .logs.rules import RULES
     from .logs.signatures import signatures

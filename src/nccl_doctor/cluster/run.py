@@ -16,7 +16,7 @@ import socket
 import threading
 import uuid
 import warnings
-from typing import Any, Callable
+from typing import Callable
 
 from ..model import Evidence, Finding, InputError, Report
 from .judge import MARGIN, Events, Judge, JudgeContext, failed_to_start

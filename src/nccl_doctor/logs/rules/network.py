@@ -109,19 +109,14 @@ CONNECT_SIGNATURES = ("socket-connect-failed", "socket-call-failed", "connection
 @rule("ifname-differs", "ifname-differs-quiet")
 def rule_interface_names(view: LogView) -> Iterator[Clue]:
     """Hosts bootstrap over differently named interfaces: one NCCL_SOCKET_IFNAME cannot match them all."""
-    by_host: dict[str, set[str]] = defaultdict(set)
-    evidence: dict[str, Event] = {}
-    for proc, e in view.facts("bootstrap"):
-        host = view.host_of(proc, e)
-        by_host[host].add(e.caps["iface"])
-        evidence.setdefault(f"{host}/{e.caps['iface']}", e)
+    by_host, first = view.by_host("bootstrap", lambda e: e.caps["iface"])
     names = {n for v in by_host.values() for n in v}
     if len(by_host) > 1 and len(names) > 1 and all(len(v) == 1 for v in by_host.values()):
         listing = "; ".join(f"{h}: {','.join(sorted(v))}" for h, v in sorted(by_host.items()))
         failed = bool(network_failed(view))
         yield Clue("ifname-differs" if failed else "ifname-differs-quiet",
                    f"hosts bootstrap over differently named interfaces ({listing})",
-                   evidence=as_evidence(list(evidence.values())[:6]), hosts=frozenset(by_host),
+                   evidence=as_evidence(list(first.values())[:6]), hosts=frozenset(by_host),
                    fix=(f"Make NCCL_SOCKET_IFNAME match on every host, e.g. "
                         f"`NCCL_SOCKET_IFNAME={','.join(sorted(names))}`.",),
                    severity=None if failed else Severity.WARNING)
@@ -149,12 +144,7 @@ def rule_init_failure_on_some_hosts(view: LogView) -> Iterator[Clue]:
 @rule("ib-on-some-hosts", "ib-expected-sockets-used")
 def rule_transports(view: LogView) -> Iterator[Clue]:
     """InfiniBand on some hosts and TCP sockets on others; InfiniBand expected but sockets used."""
-    nets: dict[str, set[str]] = defaultdict(set)
-    shown: dict[str, Event] = {}
-    for proc, e in view.facts("network"):
-        host = view.host_of(proc, e)
-        nets[host].add(e.caps["net"])
-        shown.setdefault(host, e)
+    nets, shown = view.by_host("network", lambda e: e.caps["net"])
     socket_hosts = sorted(h for h, n in nets.items() if "Socket" in n)
     other_hosts = sorted(h for h, n in nets.items() if n - {"Socket"})
     absent = [e for _, e in view.facts("ib_absent")]
