@@ -61,3 +61,23 @@ def test_report_orders_and_validates():
     assert data["findings"][0]["category"] == "network_interface"
     assert data["findings"][0]["secondary"][0]["cause"] == "rank-died"
     assert Report("x", findings=[Finding("perf-setting", "warning", "w")]).exit_code == 0
+
+
+def test_every_cause_has_a_road_and_every_road_says_what_it_checks():
+    from nccl_doctor.roads import all_roads, roads_of
+
+    roads = all_roads()
+    assert [c for c in causes() if not roads_of(c, roads)] == []
+    assert [r.name for r in roads if not r.doc] == []
+
+
+def test_a_road_cannot_emit_a_cause_it_does_not_declare():
+    from nccl_doctor.roads import emits
+
+    @emits("shm-too-small")
+    def rule():
+        """A test road."""
+        yield Finding("ulimit-nofile", Severity.ERROR, "not declared")
+
+    with pytest.raises(ValueError, match="does not declare"):
+        list(rule())

@@ -201,3 +201,10 @@ def test_no_output_of_env_and_lint_prints_a_secret(cli, tmp_path):
     for args in (["lint", "--env-file", str(env_file)], ["lint", "--json", "--env-file", str(env_file)]):
         done = cli(*args, timeout=120)
         _no_secret_in(done.stdout + done.stderr)
+
+
+def test_a_host_name_made_of_hex_segments_is_not_a_secret():
+    host = "NvYt-dcf441d17e21-1bdf2bc9-79ce82ee-3fe03e8-c2959af0"
+    assert redact_text(f"{host}:97:221 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>").startswith(host)
+    assert "REDACTED" not in redact_text("compute-st-p4de24xlarge-2.cluster.internal") \
+        and "redacted" not in redact_text("compute-st-p4de24xlarge-2.cluster.internal")

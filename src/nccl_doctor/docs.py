@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from .catalog import categories, causes
+from .roads import Road, all_roads, roads_of
 from .logs.templates import TABLES, render_table
 
 CATALOG = Path(__file__).resolve().parent / "catalog"
@@ -18,18 +19,32 @@ def causes_markdown() -> str:
         "",
         "Every finding of every nccl-doctor command names one of these causes.",
         "Generated from `src/nccl_doctor/catalog/causes.toml` by `python -m nccl_doctor.docs`; do not edit by hand.",
+        "Each cause lists its roads: the rules, check stages, detectors and log signatures that can report it.",
         "",
     ]
     table = causes()
+    roads = all_roads()
     for cat in categories().values():
         members = [c for c in table.values() if c.category == cat.id]
         lines += [f"## `{cat.id}`", "", cat.description, ""]
         for c in members:
             lines += [f"### `{c.id}`: {c.title}", "", c.explanation, ""]
             lines += [f"- Fix: {step}" for step in c.fix]
+            lines += [f"- To confirm: {c.confirmation}"]
+            lines += [f"- Explains: {', '.join(f'`{e}`' for e in sorted(c.explains))}"] if c.explains else []
             lines += [f"- See: <{ref}>" for ref in c.references]
+            lines += ["- Reached by:"] + [f"  - {road_line(r)}" for r in sorted(roads_of(c.id, roads), key=road_key)]
             lines.append("")
     return "\n".join(lines)
+
+
+def road_line(road: Road) -> str:
+    commands = f" ({road.commands})" if road.commands else ""
+    return f"`{road.name}`{commands}: {road.doc}"
+
+
+def road_key(road: Road) -> tuple[bool, str]:
+    return (road.name.startswith("logs.signatures"), road.name)
 
 
 def generated(docs: Path) -> dict[Path, str]:

@@ -103,12 +103,15 @@ class Finding:
 
     @classmethod
     def from_wire(cls, d: dict[str, Any], rank: int | None = None, host: str | None = None) -> Finding:
-        """The finding `to_wire` sent; `rank` and `host` name the sender when the finding names nobody."""
-        return cls(d["cause"], d["severity"], d["message"], confidence=d.get("confidence", 0.9),
-                   ranks=list(d.get("ranks") or ([] if rank is None else [rank])),
-                   hosts=list(d.get("hosts") or ([] if host is None else [host])), fix=list(d.get("fix", [])),
-                   evidence=[Evidence(src, text, line) for src, text, line in d.get("evidence", [])],
-                   secondary=[cls.from_wire(s) for s in d.get("secondary", [])])
+        """The finding `to_wire` sent; `rank` and `host` name the sender when the finding names nobody. The
+        sender's road vouched for its cause (roads.py), so none here checks it again."""
+        finding = cls(d["cause"], d["severity"], d["message"], confidence=d.get("confidence", 0.9),
+                      ranks=list(d.get("ranks") or ([] if rank is None else [rank])),
+                      hosts=list(d.get("hosts") or ([] if host is None else [host])), fix=list(d.get("fix", [])),
+                      evidence=[Evidence(src, text, line) for src, text, line in d.get("evidence", [])],
+                      secondary=[cls.from_wire(s) for s in d.get("secondary", [])])
+        finding._road = "wire"  # type: ignore[attr-defined]
+        return finding
 
     def to_json(self) -> dict[str, Any]:
         c = lookup_cause(self.cause)

@@ -64,6 +64,8 @@ COLON = re.compile(rf"(?i)(?P<keep>(?<![\w.-])(?P<name>{STRONG_NAME})\s*:\s*)(?P
 LONG_RUN = re.compile(r"[^\s,;:/@=&?'\"()\[\]{}<>]{32}|[A-Za-z0-9/+]{32}")
 TOKEN_SPLIT = re.compile(r"[\s,;:/@=&?'\"()\[\]{}<>]+")
 BASE64_TOKEN = re.compile(r"(?<![A-Za-z0-9/+])[A-Za-z0-9][A-Za-z0-9/+]{31,}={0,2}(?![A-Za-z0-9/+=])")
+# short segments joined by '-' or '.': a host, pod or container name (keys of known shapes are matched above)
+HOST_LIKE = re.compile(r"[A-Za-z0-9]{1,16}(?:[-.][A-Za-z0-9]{1,16})+")
 UUID = re.compile(r"(?:GPU-|MIG-)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 
@@ -133,7 +135,7 @@ def _entropy(token: str) -> float:
 
 def _random_looking(token: str) -> bool:
     """A long token that is hex or mixes cases and digits with high entropy: an API key, not a word or a path."""
-    if len(token) < 32 or UUID.fullmatch(token):
+    if len(token) < 32 or UUID.fullmatch(token) or HOST_LIKE.fullmatch(token):
         return False
     if re.fullmatch(r"[0-9a-fA-F]+", token):
         return True

@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, TextIO
+from typing import Any, Callable
 
 from ..model import Finding, Report, Severity, fold
 from .launch import LocalRanks

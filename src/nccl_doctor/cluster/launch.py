@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
+from ..roads import emits
 
 DEFAULT_PORT = 29500
 PARENT_FD = "NCCL_DOCTOR_PARENT_FD"  # a --local child's end of the pipe whose other end only its parent holds
@@ -80,7 +81,10 @@ def _from_torchrun(env: Mapping[str, str]) -> World:
                     "run_id": f"torchrun/{run}"})
 
 
+@emits("master-port-invalid", "rank-config-invalid")
 def _from_slurm(env: Mapping[str, str]) -> World:
+    """The world SLURM describes (srun/sbatch variables, the node list expanded); inconsistent values are
+    rank-config-invalid."""
     nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", "")
     derived = dict(env)
     if "MASTER_ADDR" not in env:
@@ -106,8 +110,11 @@ def slurm_port(job_id: str) -> int:
     return SLURM_PORT_BASE + int(job_id[-4:])
 
 
+@emits("master-port-invalid", "rank-config-invalid")
 def _from_vars(env: Mapping[str, str], launcher: str, rank: str, size: str, local: str, local_size: str,
                need_master: bool = False) -> World:
+    """The world a launcher's variables describe (RANK/WORLD_SIZE style); missing or inconsistent ones are
+    rank-config-invalid."""
     values = {name: _integer(env, name) for name in (rank, size)}
     if need_master and "MASTER_ADDR" not in env:
         raise WorldError("rank-config-invalid", f"{launcher} does not say where rank 0 listens: MASTER_ADDR is unset",
@@ -124,7 +131,9 @@ def _from_vars(env: Mapping[str, str], launcher: str, rank: str, size: str, loca
     return world
 
 
+@emits("rank-config-invalid")
 def _integer(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    """An integer launcher variable, or rank-config-invalid saying which one is missing or not a number."""
     value = env.get(name)
     if value is None and default is not None:
         return default
@@ -135,7 +144,9 @@ def _integer(env: Mapping[str, str], name: str, default: int | None = None) -> i
                          f"Set {name} to an integer (the launcher normally does).") from None
 
 
+@emits("master-port-invalid")
 def _port(value: str) -> int:
+    """MASTER_PORT as a port number, or master-port-invalid."""
     if not value.isdigit() or not 0 < int(value) < 65536:
         raise WorldError("master-port-invalid", f"MASTER_PORT={value!r} is not a port in 1..65535",
                          "Set a free port, e.g. `export MASTER_PORT=29500`.")

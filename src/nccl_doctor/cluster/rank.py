@@ -24,6 +24,7 @@ from .launch import World
 from .options import Options
 from .store import Exchange, PortInUse, StoreUnreachable, client, connect, prefixed, serve
 from .watchdog import RankWatch
+from ..roads import emits
 
 KEY_ROOT = "nccl-doctor"
 INTERNAL_PREFIX = "NCCL_DOCTOR_"
@@ -81,6 +82,7 @@ class JoinFailure(Exception):
         self.finding = finding
 
 
+@emits("master-addr-unresolvable", "master-unreachable", "port-in-use")
 def open_store(world: World, hosts_store: bool, deadline: float) -> tuple[Any, tuple[str, int]]:
     """Host the store (rank 0 outside torchrun's agent store) or connect to it, within the deadline."""
     where = f"{world.master_addr}:{world.master_port}"

@@ -16,7 +16,7 @@ import socket
 import threading
 import uuid
 import warnings
-from typing import Any, Callable
+from typing import Callable
 
 from ..model import Evidence, Finding, InputError, Report
 from .judge import MARGIN, Events, Judge, JudgeContext, failed_to_start
@@ -25,6 +25,7 @@ from .options import Options
 from .rank import key_prefix, run_rank
 from .store import Exchange, client, port_holder, prefixed, serve
 from .watchdog import Liveness
+from ..roads import emits
 
 
 
@@ -136,7 +137,9 @@ def run_local(count: int, options: Options, stages: list, *, master_addr: str = 
         sock.close()
 
 
+@emits("master-port-invalid", "port-in-use")
 def _cannot_host(command: str, port: int, exc: OSError) -> Report:
+    """The --local parent cannot bind the store's port: in use (who holds it) or invalid."""
     in_use = exc.errno == errno.EADDRINUSE
     holder = f"; held by {port_holder(port) or 'an unknown process'}" if in_use else ""
     return failed_to_start(command, Finding(

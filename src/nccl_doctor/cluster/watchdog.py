@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from ..model import Evidence, Finding, fold, ranges
 from .store import Exchange
+from ..roads import emits
 
 BEAT = 0.5  # seconds between heartbeats
 STALE = 2.5  # a heartbeat that has not moved for this long belongs to a dead or frozen process
@@ -132,6 +133,7 @@ def exit_words(code: int) -> str:
 
 # ------------------------------------------------------------------ the judge's account of a step
 
+@emits("rank-died", "rank-frozen", "rank-hang")
 def missing_findings(ctx: Any, what: str, missing: list[int], enter_step: str | None = None) -> list[Finding]:
     """Why ranks did not finish `what`: dead, frozen, never entered, or stuck inside it. Culprits first;
     ranks that entered and wait are their echo, attached as secondary."""

@@ -9,7 +9,7 @@ combines the clues.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 
@@ -65,6 +65,7 @@ class Observation:
     severity: Severity = Severity.ERROR
     line: bool = False  # a signature: one kind of line, rather than a rule's reading of several facts
     family: str = ""  # observations of one family are one witness (generic codes, echoes); default: the id
+    wildcard: bool = False  # the rule may name any cause (it adds weight to what other evidence names)
 
     @property
     def witness(self) -> str:
@@ -97,7 +98,7 @@ def observations() -> dict[str, Observation]:
         for cid in causes:
             lookup_cause(cid)
         table[row["id"]] = Observation(row["id"], " ".join(row["doc"].split()), causes, pick,
-                                       Severity(row.get("severity", "error")))
+                                       Severity(row.get("severity", "error")), wildcard=row["causes"] == "*")
     return table
 
 
@@ -160,6 +161,16 @@ class LogView:
         if proc.hosts:
             return ",".join(sorted(proc.hosts))
         return proc.label()
+
+    def by_host(self, name: str, value: Callable[[Event], str]) -> tuple[dict[str, set[str]], dict[str, Event]]:
+        """A fact's values per host, and the first line that shows each host's."""
+        values: dict[str, set[str]] = defaultdict(set)
+        first: dict[str, Event] = {}
+        for proc, e in self.facts(name):
+            host = self.host_of(proc, e)
+            values[host].add(value(e))
+            first.setdefault(host, e)
+        return values, first
 
     def multi_host(self) -> bool:
         return len(self.col.hosts_seen()) > 1

@@ -23,6 +23,7 @@ UNSURE = 0.5  # below this confidence the primary says what would decide
 MAX_ALTERNATIVES = 4
 MAX_SECONDARY = 6
 MAX_REASONS = 4
+HEADLINE_BONUS = 0.1  # a rule's reasoning heads its finding over a line up to this much stronger
 
 
 @dataclass
@@ -47,8 +48,9 @@ class Weighed:
         return lookup_cause(self.cause).symptom
 
     def ordered(self) -> list[Clue]:
-        """Clues strongest first; a rule's reasoning before the bare line when equally strong."""
-        return [c for c, _ in sorted(self.clues, key=lambda cs: (-cs[1], observation(cs[0].observation).line))]
+        """Clues strongest first; a rule's reading of several lines before a bare line about as strong."""
+        return [c for c, _ in sorted(self.clues, key=lambda cs: -cs[1] - (0 if observation(cs[0].observation).line
+                                                                         else HEADLINE_BONUS))]
 
     def lines(self) -> set[tuple[str, int]]:
         return {(e.source, e.line) for c, _ in self.clues for e in c.events}

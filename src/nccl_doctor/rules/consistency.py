@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping
 
 from ..catalog import load_toml
 from ..model import Evidence, Finding, names, ranges
+from ..roads import emits
 
 UNKNOWN = object()  # a fact a rank could not observe: left out of comparisons
 
@@ -85,6 +86,7 @@ def _matches(name: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
+@emits("nccl-setting-differs", "torch-version-mismatch", "nccl-version-mismatch", "driver-version-differs")
 def compare_settings(facts: Mapping[int, Mapping[str, Any]], host_of: Mapping[int, str]) -> list[Finding]:
     """NCCL_* / TORCH_* / GLOO_* variables whose values differ between ranks (unset counts as a value)."""
     cfg = rules()["settings"]
@@ -114,6 +116,7 @@ def _same_setting(name: str, groups: list[tuple[Any, list[int]]], host_of: Mappi
 
 # ------------------------------------------------------------------ interfaces (before the backend starts)
 
+@emits("gloo-ifname-no-match", "ifname-differs-between-hosts", "no-usable-interface", "socket-ifname-no-match")
 def interface_findings(facts: Mapping[int, Mapping[str, Any]], host_of: Mapping[int, str]) -> list[Finding]:
     """NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME that select nothing on some ranks, and why there: one finding
     per setting and interfaces seen, naming every rank and host concerned."""
@@ -149,8 +152,10 @@ def interface_findings(facts: Mapping[int, Mapping[str, Any]], host_of: Mapping[
     return findings
 
 
+@emits("ifname-differs-between-hosts", "no-usable-interface", "socket-ifname-no-match")
 def _nccl_nothing(spec: str, have: str, ranks: list[int], names: Mapping[int, dict], host_of: Mapping[int, str],
                   ok_elsewhere: bool) -> Finding:
+    """NCCL_SOCKET_IFNAME that matches no interface on some ranks' hosts (and whether it matches elsewhere)."""
     hosts = sorted({host_of.get(r, "?") for r in ranks})
     mine = names.get(ranks[0], {})
     on = where(ranks, host_of)
@@ -181,6 +186,7 @@ def _first_real(ifaces: Mapping[str, dict]) -> str:
 
 # ------------------------------------------------------------------ device binding
 
+@emits("duplicate-gpu", "more-ranks-than-gpus")
 def device_findings(bindings: Mapping[int, Mapping[str, Any]], host_of: Mapping[int, str]) -> list[Finding]:
     """Ranks without a GPU of their own, and GPUs shared by several ranks of one host."""
     findings = []
@@ -249,8 +255,10 @@ def _reached(ok: Mapping[tuple[str, str, str], Mapping], source: str, target: st
     return bool(ok.get((source, target, listener["iface"]), {}).get("ok"))
 
 
+@emits("host-unreachable")
 def _unreachable(role: str, target: str, listener: Mapping[str, Any], failed: list[str],
                  ok: Mapping[tuple[str, str, str], Mapping], names: list[str]) -> Finding:
+    """A listener that some hosts cannot reach on the interface NCCL or Gloo would use."""
     setting = "NCCL_SOCKET_IFNAME" if role == "nccl" else "GLOO_SOCKET_IFNAME"
     errors = [ok.get((h, target, listener["iface"]), {}).get("error") or "not probed" for h in failed]
     everyone = len(failed) == len(names) - 1 and len(names) > 2

@@ -20,6 +20,7 @@ from typing import Callable, Iterable
 
 from ..catalog import load_toml
 from ..model import Evidence, Finding
+from ..roads import emits
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,9 @@ def _checks_on(node: Node, peer: Node | None = None) -> str:
             f"`ip -s link show {iface}` (errors, drops).")
 
 
+@emits("slow-host")
 def _slow_host(node: Node, mine: list[Link], bw_ref: float, sends: bool, gets: bool) -> Finding:
+    """A host slow on all of its links, with the side (transmit or receive) the measurements point at."""
     sending = statistics.median(l.sending(node.label) for l in mine)
     receiving = statistics.median(l.receiving(node.label) for l in mine)
     typical = statistics.median(l.rate for l in mine)
@@ -214,8 +217,10 @@ def _slow_host(node: Node, mine: list[Link], bw_ref: float, sends: bool, gets: b
                    evidence=_evidence(mine), fix=[_checks_on(node)])
 
 
+@emits("slow-link")
 def _slow_link(nodes: dict[str, Node], link: Link, slow: list[tuple[str, str]], v: Verdicts,
                two_hosts: bool) -> Finding:
+    """One slow link between two hosts, and in which direction, when its hosts are fine on their other links."""
     a, b = nodes[link.a], nodes[link.b]
     if len(slow) == 2:
         message = f"the link {link.a} <-> {link.b} is slow: {v.slow[slow[0]]}"
@@ -236,7 +241,9 @@ def _slow_link(nodes: dict[str, Node], link: Link, slow: list[tuple[str, str]], 
                         f"then check the cable, switch ports and routes between them.", *checks])
 
 
+@emits("asymmetric-link")
 def _asymmetric(nodes: dict[str, Node], link: Link) -> Finding:
+    """A link much slower in one direction than in the other."""
     sender, receiver = (link.a, link.b) if link.ab < link.ba else (link.b, link.a)
     slow_rate, fast_rate = min(link.ab, link.ba), max(link.ab, link.ba)
     node, peer = nodes[sender], nodes[receiver]
@@ -260,7 +267,9 @@ def _line_share(nodes: dict[str, Node], link: Link) -> float | None:
     return max(link.ab, link.ba) / line if line else None
 
 
+@emits("below-line-rate")
 def _below_line_rate(nodes: dict[str, Node], below: list[Link], total: int, limits: Limits) -> Finding:
+    """Links far below the line rate the NICs report, although no host or link stands out."""
     worst = min(below, key=lambda l: _line_share(nodes, l) or 0.0)
     ends = [nodes[worst.a], nodes[worst.b]]
     slower = min(ends, key=lambda n: n.line_gbps or 0.0)

@@ -9,6 +9,7 @@ from ..catalog.env_vars import EnvVar, env_vars, lookup, suggest, version_tuple
 from ..model import Evidence, Finding, Severity
 from ..redact import redact
 from .lint_context import Context, Setting
+from ..roads import emits
 from .nccl_parse import (NCCL_FUNCTIONS, PER_FUNCTION_SINCE, legacy_algo_proto, parse_algo_proto, stoi, strtoll,
                          torch_bool)
 
@@ -24,6 +25,7 @@ JUDGED_PREFIXES = ("NCCL_", "TORCH_NCCL_")  # every name with these prefixes is 
 TYPO_PREFIXES = ("TORCH_", "GLOO_", "MASTER_", "TORCHELASTIC_")  # only near-misses of known names are reported
 
 
+@emits("env-unknown-variable")
 def unknown_variables(ctx: Context) -> Iterator[Finding]:
     """NCCL_* and TORCH_NCCL_* names nothing reads, with a did-you-mean (NCCL_DEBG -> NCCL_DEBUG).
 
@@ -84,6 +86,7 @@ def _older(version: tuple[int, ...] | None, than: str) -> bool:
     return bool(version and limit and version < limit)
 
 
+@emits("env-deprecated-variable", "env-plugin-variable", "env-removed-variable")
 def retired_variables(ctx: Context) -> Iterator[Finding]:
     """Variables NCCL never read, no longer reads, reads only in a plugin, or that are deprecated, each with
     the replacement; judged against the NCCL this job loads when it is known."""
@@ -124,7 +127,9 @@ def _replaced_by(name: str) -> list[EnvVar]:
     return [v for v in env_vars().values() if v.replacement_name == name]
 
 
+@emits("env-deprecated-variable")
 def _deprecated(ctx: Context, s: Setting, var: EnvVar, replacement: str, this: str) -> Iterator[Finding]:
+    """A deprecated NCCL or PyTorch variable and its replacement."""
     if var.is_nccl:
         since = f" since NCCL {var.deprecated_in}" if var.deprecated_in else ""
         message = f"{s.name} is deprecated{since}{this}" + (f"; use {replacement}" if replacement else "")
@@ -141,8 +146,10 @@ def _deprecated(ctx: Context, s: Setting, var: EnvVar, replacement: str, this: s
 # ------------------------------------------------------------------ values
 
 
+@emits("env-invalid-value")
 def _invalid(s: Setting, message: str, fix: str, severity: Severity = Severity.ERROR,
              cause: str = "env-invalid-value", confidence: float = 0.9) -> Finding:
+    """A finding for a variable whose value NCCL or PyTorch does not accept."""
     return Finding(cause, severity, message, confidence=confidence, evidence=[s.evidence()], fix=[fix])
 
 
@@ -223,7 +230,10 @@ def check_level(ctx: Context, s: Setting, var: EnvVar) -> Iterator[Finding]:
     yield _invalid(s, f"{s.shown}: {why}", fix)
 
 
+@emits("algo-proto-override", "env-invalid-value")
 def check_algo_proto(ctx: Context, s: Setting, var: EnvVar) -> Iterator[Finding]:
+    """NCCL_ALGO / NCCL_PROTO values parsed as NCCL parses them: names this NCCL lacks, or overrides that leave
+    nothing usable."""
     names = var.values
     what = "protocol" if var.read_as == "proto" else "algorithm"
     version = ctx.nccl_version
@@ -345,6 +355,7 @@ def invalid_values(ctx: Context) -> Iterator[Finding]:
 # ------------------------------------------------------------------ NCCL config files
 
 
+@emits("env-invalid-value")
 def nccl_conf_files(ctx: Context) -> Iterator[Finding]:
     """Lines of /etc/nccl.conf, ~/.nccl.conf or NCCL_CONF_FILE that NCCL reads differently from what they say:
     NCCL takes everything before '=' as the name and everything after as the value, untrimmed, quotes kept."""
@@ -362,7 +373,9 @@ def nccl_conf_files(ctx: Context) -> Iterator[Finding]:
             yield from _conf_entry(path, entry)
 
 
+@emits("env-invalid-value")
 def _conf_entry(path: str, entry: dict) -> Iterator[Finding]:
+    """One entry of an nccl.conf file that NCCL ignores or cannot read."""
     line = entry["line"]
     if "ignored" in entry:
         yield Finding("env-invalid-value", Severity.WARNING, f"{path}:{line} has no '=': NCCL ignores the line",
@@ -387,6 +400,7 @@ def _conf_entry(path: str, entry: dict) -> Iterator[Finding]:
 # ------------------------------------------------------------------ topology and graph files
 
 
+@emits("nccl-graph-file")
 def nccl_graph_files(ctx: Context) -> Iterator[Finding]:
     """NCCL_GRAPH_FILE / NCCL_TOPO_FILE (often left in /etc/nccl.conf by a VM image): they describe one machine
     type, and a file for another machine makes NCCL init fail ('XML Import Channel : dev 1 not found')."""

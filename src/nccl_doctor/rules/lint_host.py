@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from ..model import Evidence, Finding, Severity
 from .lint_context import Context
 from .nccl_parse import strtoll
+from ..roads import emits
 
 GIB = 1024**3
 MIB = 1024**2
@@ -16,6 +17,7 @@ def _size(n: float) -> str:
     return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / MIB:.0f} MiB"
 
 
+@emits("shm-too-small")
 def shm_size(ctx: Context) -> Iterator[Finding]:
     """/dev/shm below what NCCL's shared-memory transport needs for the ranks of this node."""
     shm = (ctx.section("limits") or {}).get("shm") or {}
@@ -41,6 +43,7 @@ def shm_size(ctx: Context) -> Iterator[Finding]:
                        "Remount it larger: `mount -o remount,size=16G /dev/shm`"])
 
 
+@emits("ulimit-memlock")
 def memlock(ctx: Context) -> Iterator[Finding]:
     """Locked-memory limit (ulimit -l) too small on a host with InfiniBand/RoCE: ibv_reg_mr fails."""
     if not ctx.active_ib_ports:
@@ -59,6 +62,7 @@ def memlock(ctx: Context) -> Iterator[Finding]:
                   fix=[fix])
 
 
+@emits("ulimit-nofile")
 def nofile(ctx: Context) -> Iterator[Finding]:
     """Open-files limit (ulimit -n) too small for the job's size (Gloo connects every pair of ranks)."""
     limit = ((ctx.section("limits") or {}).get("nofile") or {})
@@ -80,6 +84,7 @@ def nofile(ctx: Context) -> Iterator[Finding]:
                   fix=[fix])
 
 
+@emits("conflicting-nccl-packages")
 def conflicting_nccl(ctx: Context) -> Iterator[Finding]:
     """Several NCCL installations: nvidia-nccl-cu11 and -cu12 wheels side by side, or libnccl.so of different
     versions on the loader's path, so which one a process loads depends on the environment."""

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from ..model import Evidence, Finding, Severity
 from .lint_context import Context
 from .nccl_parse import strtoll
+from ..roads import emits
 
 VIRTUAL_PREFIXES = ("lo", "docker", "virbr", "veth", "br-", "cni", "flannel", "cali", "tun", "tailscale", "wg")
 
@@ -51,6 +52,7 @@ def _exists_but_unusable(spec: str, interfaces: list[dict]) -> list[str]:
     return notes
 
 
+@emits("env-invalid-value", "socket-ifname-no-match", "wrong-interface-selected")
 def socket_ifname(ctx: Context) -> Iterator[Finding]:
     """NCCL_SOCKET_IFNAME that selects nothing on this host (prefix list, `^` excludes, `=` exact names), or
     only loopback/virtual interfaces in a multi-node job."""
@@ -84,6 +86,7 @@ def socket_ifname(ctx: Context) -> Iterator[Finding]:
                       fix=[f"`export NCCL_SOCKET_IFNAME={_best_interface(ctx, interfaces) or 'eth0'}`"])
 
 
+@emits("no-usable-interface", "wrong-interface-selected")
 def bootstrap_interface(ctx: Context) -> Iterator[Finding]:
     """The interface NCCL would bootstrap over (the first it selects) is loopback/virtual, or is not the one this
     host uses to reach MASTER_ADDR, in a multi-node job; or no interface is usable at all."""
@@ -129,6 +132,7 @@ def bootstrap_interface(ctx: Context) -> Iterator[Finding]:
                       fix=[f"`export NCCL_SOCKET_IFNAME={route['interface']}` (on every node, with its own name)"])
 
 
+@emits("gloo-ifname-no-match", "wrong-interface-selected")
 def gloo_ifname(ctx: Context) -> Iterator[Finding]:
     """GLOO_SOCKET_IFNAME names that do not exist (Gloo takes exact names only: no prefixes, `^` or `=`); or,
     when unset in a multi-node job, a host name that resolves only to loopback (Gloo binds to it)."""
@@ -160,7 +164,9 @@ def gloo_ifname(ctx: Context) -> Iterator[Finding]:
                   fix=[f"`export GLOO_SOCKET_IFNAME={best}`" if best else "Name an existing interface."])
 
 
+@emits("wrong-interface-selected")
 def _gloo_default(ctx: Context) -> Iterator[Finding]:
+    """Gloo without GLOO_SOCKET_IFNAME on a multi-node job whose host name resolves to loopback only."""
     host = (ctx.section("network") or {}).get("hostname") or {}
     if ctx.multi_node and host.get("loopback_only"):
         yield Finding("wrong-interface-selected", Severity.WARNING,
@@ -172,6 +178,7 @@ def _gloo_default(ctx: Context) -> Iterator[Finding]:
                            "Or fix /etc/hosts so the host name maps to the routable address."])
 
 
+@emits("ib-not-used")
 def ib_disabled(ctx: Context) -> Iterator[Finding]:
     """NCCL_IB_DISABLE=1 on a host with ACTIVE InfiniBand/RoCE ports: inter-node traffic goes over TCP."""
     s = ctx.get("NCCL_IB_DISABLE")

@@ -7,10 +7,12 @@ from collections.abc import Iterator
 from ..model import Evidence, Finding, Severity
 from ..redact import redact
 from .lint_context import Context
+from ..roads import emits
 
 TORCHRUN_WORKER = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "GROUP_RANK")
 
 
+@emits("rank-config-invalid")
 def rank_world_size(ctx: Context) -> Iterator[Finding]:
     """RANK >= WORLD_SIZE, LOCAL_RANK >= LOCAL_WORLD_SIZE, more local ranks than ranks, GROUP_RANK >= nodes, and
     a worker environment (RANK, WORLD_SIZE) without MASTER_ADDR/MASTER_PORT for env:// rendezvous."""
@@ -38,6 +40,7 @@ def rank_world_size(ctx: Context) -> Iterator[Finding]:
                           fix=[f"`export {missing[0]}=...` (rank 0's address and a free port), or launch with torchrun."])
 
 
+@emits("more-ranks-than-gpus")
 def local_rank_gpus(ctx: Context) -> Iterator[Finding]:
     """LOCAL_RANK or LOCAL_WORLD_SIZE beyond the GPUs this process can see (CUDA_VISIBLE_DEVICES applied), or a
     CUDA_VISIBLE_DEVICES that hides GPUs the host has."""
@@ -75,6 +78,7 @@ def local_rank_gpus(ctx: Context) -> Iterator[Finding]:
                            f"CUDA_VISIBLE_DEVICES."])
 
 
+@emits("master-addr-unresolvable", "master-unreachable")
 def master_addr(ctx: Context) -> Iterator[Finding]:
     """MASTER_ADDR that does not resolve, has no route, or is a loopback address in a multi-node job."""
     s, route = ctx.get("MASTER_ADDR"), ctx.master_route
@@ -97,6 +101,7 @@ def master_addr(ctx: Context) -> Iterator[Finding]:
                       fix=["Set MASTER_ADDR to rank 0's routable IP address, the same on every node."])
 
 
+@emits("master-port-invalid", "port-in-use")
 def master_port(ctx: Context) -> Iterator[Finding]:
     """MASTER_PORT that is not a port number, is privileged without root, or is already bound on this host
     (when this host is the master and no launcher store is expected on it)."""

@@ -8,13 +8,16 @@ from ..catalog.env_vars import lookup
 from ..model import Finding, Severity
 from .lint_context import Context, Setting
 from .nccl_parse import parse_algo_proto, stoi, strtoll, torch_bool
+from ..roads import emits
 
 
 def _on(s: Setting | None) -> bool:
     return s is not None and strtoll(s.value).value != 0
 
 
+@emits("perf-setting")
 def _perf(s: Setting, cost: str, keep_if: str) -> Finding:
+    """A setting that costs performance, and when it is worth keeping."""
     return Finding("perf-setting", Severity.WARNING, f"{s.shown}: {cost}", confidence=0.7, evidence=[s.evidence()],
                    fix=[f"`unset {s.name}` unless {keep_if}."])
 
@@ -52,6 +55,7 @@ def perf_settings(ctx: Context) -> Iterator[Finding]:
                         "it limits interference with compute on purpose")
 
 
+@emits("algo-proto-override")
 def algo_override(ctx: Context) -> Iterator[Finding]:
     """NCCL_ALGO forcing a subset of algorithms (info: it overrides NCCL's tuning on every topology)."""
     s = ctx.get("NCCL_ALGO")
@@ -71,6 +75,7 @@ def _torch_setting(ctx: Context, name: str) -> Setting | None:
     return ctx.get(name) or ctx.get(name.replace("TORCH_NCCL_", "NCCL_", 1))
 
 
+@emits("error-handling-off")
 def error_handling(ctx: Context) -> Iterator[Finding]:
     """Settings that hide failures or detect them late: async error handling off (peers hang), the watchdog
     monitor off, a huge heartbeat timeout, the Flight Recorder off."""
@@ -106,6 +111,7 @@ def error_handling(ctx: Context) -> Iterator[Finding]:
                           fix=[f"`unset {name}` (the default records the last 2000 collectives)."])
 
 
+@emits("debug-logging-off")
 def debug_logging(ctx: Context) -> Iterator[Finding]:
     """NCCL_DEBUG unset while diagnosing, or NCCL_DEBUG_FILE that every rank would overwrite."""
     debug = ctx.get("NCCL_DEBUG")

@@ -18,6 +18,7 @@ from ..model import Evidence, Finding, Severity
 from ..probe.infiniband import hca_matches, parse_hca, port_usable
 from ..probe.topology import distance_rank, knowledge
 from .nccl_parse import strtoll
+from ..roads import emits
 
 Facts = Mapping[str, Any]
 Env = Mapping[str, str]
@@ -106,7 +107,9 @@ def nearest(row: Mapping[str, str], nics: Mapping[str, str],
     return winners[0][0], [name for _, name in winners]
 
 
+@emits("gpu-nic-far")
 def check_gpu_nic_far(facts: Facts, env: Env) -> Iterator[Finding]:
+    """GPUs whose nearest NIC that NCCL uses sits across the CPU interconnect (SYS)."""
     topo = part(facts, "topology")
     nics = topo.get("nics") or {}
     if not nics or not ib_in_use(env):
@@ -126,6 +129,7 @@ def check_gpu_nic_far(facts: Facts, env: Env) -> Iterator[Finding]:
                  "or add a NIC on the other socket."])
 
 
+@emits("gpu-nic-far", "ib-hca-no-match", "ib-missing-in-container")
 def check_ib_hca(facts: Facts, env: Env) -> Iterator[Finding]:
     """NCCL_IB_HCA that selects nothing on this host, a prefix list that selects more than it names, or a
     choice that leaves GPUs without their near NIC."""
@@ -152,7 +156,9 @@ def check_ib_hca(facts: Facts, env: Env) -> Iterator[Finding]:
     yield from far_hca_choice(facts, env, spec, {dev for dev, _ in chosen})
 
 
+@emits("ib-hca-no-match", "ib-missing-in-container")
 def no_rdma_devices(facts: Facts, env: Env) -> Iterator[Finding]:
+    """NCCL_IB_HCA or IB expected, but no RDMA device is visible (in a container: not mapped in)."""
     container = bool((part(facts, "host").get("container") or {}).get("detected"))
     yield Finding(
         "ib-missing-in-container" if container else "ib-hca-no-match", Severity.WARNING,
@@ -161,6 +167,7 @@ def no_rdma_devices(facts: Facts, env: Env) -> Iterator[Finding]:
         confidence=0.7, evidence=[setting(env, "NCCL_IB_HCA"), Evidence(IB_SYSFS, "no devices")])
 
 
+@emits("ib-hca-no-match")
 def prefix_surprise(env: Env, spec: str, devices: set[str], chosen: set[str]) -> Iterator[Finding]:
     """Without `=`, every entry is a prefix: an entry naming one device (mlx5_1) also selects the devices
     whose names it begins (mlx5_10..mlx5_19). An entry that names no device (mlx5) is a prefix on purpose."""
@@ -175,6 +182,7 @@ def prefix_surprise(env: Env, spec: str, devices: set[str], chosen: set[str]) ->
         fix=[f"Use exact names, with one leading `=`: `export NCCL_IB_HCA=={spec}`"])
 
 
+@emits("gpu-nic-far")
 def far_hca_choice(facts: Facts, env: Env, spec: str, chosen: set[str]) -> Iterator[Finding]:
     """NCCL_IB_HCA leaves a GPU with only a far NIC while a near one (within the GDR limit) exists."""
     topo = part(facts, "topology")
@@ -202,6 +210,7 @@ def far_hca_choice(facts: Facts, env: Env, spec: str, chosen: set[str]) -> Itera
 
 # ---------------------------------------------------------------- InfiniBand / RoCE ports
 
+@emits("ib-port-down")
 def check_ib_ports(facts: Facts, env: Env) -> Iterator[Finding]:
     """Ports NCCL would consider (NCCL_IB_HCA applied) that are not ACTIVE. No usable port left: one
     finding, NCCL falls back to TCP sockets. Otherwise one per port; a port administratively Disabled is
@@ -237,6 +246,7 @@ def check_ib_ports(facts: Facts, env: Env) -> Iterator[Finding]:
             fix=[f"Exclude it until fixed: export NCCL_IB_HCA={value}"])
 
 
+@emits("ib-rate-degraded")
 def check_ib_rate(facts: Facts, env: Env) -> Iterator[Finding]:
     """Active ports that trained below their peers of the same adapter type, or to a 1X width."""
     if not ib_in_use(env):
@@ -261,6 +271,7 @@ def check_ib_rate(facts: Facts, env: Env) -> Iterator[Finding]:
                          f"export NCCL_IB_HCA=^{dev}:{num}"])
 
 
+@emits("ib-link-errors")
 def check_ib_counters(facts: Facts, env: Env) -> Iterator[Finding]:
     """Error counters that rose between two samples; without sampling, non-zero totals as info (the
     counters are read by `topo`, not by probe.collect())."""
@@ -300,6 +311,7 @@ def check_ib_counters(facts: Facts, env: Env) -> Iterator[Finding]:
                 fix=["Run `nccl-doctor topo --sample 30` to read the counters twice, 30 s apart."])
 
 
+@emits("roce-gid-index")
 def check_roce_gid(facts: Facts, env: Env) -> Iterator[Finding]:
     """NCCL_IB_GID_INDEX against the GID table of every active RoCE port NCCL would use. Only the slots
     that were read count: probe.collect() reads the first ones, `topo` all of them."""
@@ -341,6 +353,7 @@ def check_roce_gid(facts: Facts, env: Env) -> Iterator[Finding]:
                      "`show_gids`."])
 
 
+@emits("ib-missing-in-container")
 def check_ib_container(facts: Facts, env: Env) -> Iterator[Finding]:
     """RDMA devices in sysfs without their /dev/infiniband/uverbs* nodes (a container started without them)."""
     ib = part(facts, "ib_ports")
@@ -360,6 +373,7 @@ def check_ib_container(facts: Facts, env: Env) -> Iterator[Finding]:
 
 # ---------------------------------------------------------------- NVLink, NVSwitch, fabric manager
 
+@emits("nvlink-inactive")
 def check_nvlink_links(facts: Facts, env: Env) -> Iterator[Finding]:
     """Per NVML: GPUs with fewer active NVLinks than the best-connected GPU of the node."""
     gpus = [g for g in part(facts, "gpu_health").get("gpus", []) if g.get("nvlink")]
@@ -387,6 +401,7 @@ def check_nvlink_links(facts: Facts, env: Env) -> Iterator[Finding]:
                      "or its baseboard inspected."])
 
 
+@emits("nvlink-inactive")
 def check_nvlink_matrix(facts: Facts, env: Env) -> Iterator[Finding]:
     """Per the matrix, when NVML did not say: on a node whose GPU pairs are almost all NV<k>
     (NVSwitch), pairs with fewer links or none."""
@@ -413,7 +428,9 @@ def check_nvlink_matrix(facts: Facts, env: Env) -> Iterator[Finding]:
             fix=["`nvidia-smi nvlink --status` on this node; drain it and have the links inspected."])
 
 
+@emits("p2p-disabled-nvlink")
 def check_p2p_nvlink(facts: Facts, env: Env) -> Iterator[Finding]:
+    """GPU pairs connected by NVLink whose peer-to-peer status is not OK."""
     p2p = part(facts, "gpu_health").get("p2p", {})
     matrix = part(facts, "topology").get("matrix", {})
     for pair, status in p2p.items():
@@ -436,7 +453,9 @@ def fabric_not_ready(state: Mapping[str, Any]) -> str | None:
     return None
 
 
+@emits("fabric-manager")
 def check_fabric(facts: Facts, env: Env) -> Iterator[Finding]:
+    """Fabric manager not running, or GPUs whose fabric state is not completed, on NVSwitch systems."""
     fabric = part(facts, "fabric")
     states = fabric.get("gpu_fabric_state", {})
     process, service = fabric.get("fabric_manager_process"), fabric.get("fabric_manager_service")
@@ -468,7 +487,9 @@ def gpus_of(facts: Facts) -> list[dict[str, Any]]:
     return part(facts, "gpu_health").get("gpus", [])
 
 
+@emits("gpu-throttling")
 def check_throttling(facts: Facts, env: Env) -> Iterator[Finding]:
+    """GPUs throttling for heat, power or a hardware slowdown (NVML clock-event reasons)."""
     severity_of = {r["name"]: r["severity"] for r in knowledge()["gpu"]["throttle"]}
     margin = knowledge()["gpu"]["hot_margin_c"]
     for g in gpus_of(facts):
@@ -488,7 +509,9 @@ def check_throttling(facts: Facts, env: Env) -> Iterator[Finding]:
                                            f"temperature {temp} C")])
 
 
+@emits("gpu-ecc")
 def check_ecc(facts: Facts, env: Env) -> Iterator[Finding]:
+    """Uncorrectable ECC errors, pending page retirement or failed row remapping."""
     for g in gpus_of(facts):
         ecc, rows, pages = g.get("ecc") or {}, g.get("remapped_rows") or {}, g.get("retired_pages") or {}
         errors, warnings = [], []
@@ -515,7 +538,9 @@ def check_ecc(facts: Facts, env: Env) -> Iterator[Finding]:
                      "replace it if uncorrectable errors return."])
 
 
+@emits("gpu-xid")
 def check_xid(facts: Facts, env: Env) -> Iterator[Finding]:
+    """Xid events in the kernel log, judged with catalog/hardware.toml."""
     xid = part(facts, "xid")
     if not xid.get("events"):
         return
@@ -557,7 +582,9 @@ def check_pcie(facts: Facts, env: Env) -> Iterator[Finding]:
                                 check_gen=d["kind"] == "nic")  # idle GPUs lower their generation to save power
 
 
+@emits("pcie-degraded")
 def pcie_finding(name: str, link: Mapping[str, Any], source: str, check_gen: bool) -> Iterator[Finding]:
+    """A PCIe link trained below its maximum width or generation."""
     narrow = link.get("width") and link.get("max_width") and link["width"] < link["max_width"]
     slow = check_gen and link.get("gen") and link.get("max_gen") and link["gen"] < link["max_gen"]
     if narrow or slow:
@@ -570,7 +597,9 @@ def pcie_finding(name: str, link: Mapping[str, Any], source: str, check_gen: boo
                                        f"max Gen{link.get('max_gen')} x{link.get('max_width')}")])
 
 
+@emits("p2p-acs-iommu")
 def check_acs_iommu(facts: Facts, env: Env) -> Iterator[Finding]:
+    """PCIe ACS enabled on bridges between GPUs (peer-to-peer goes through the root complex)."""
     gpus = {b: d for b, d in part(facts, "pci").get("devices", {}).items() if d["kind"] == "gpu"}
     if len(gpus) < 2:
         return

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..model import Evidence, Finding, Report, ranges
 from .settings import Settings, phase_rule
+from ..roads import emits
 
 STACK_LINES = 8
 MIN_COMMON = 5  # collectives every rank reached, needed before arrival lags mean anything
@@ -94,7 +95,9 @@ class Detector:
 
     # ------------------------------------------------------------------ dead or frozen ranks
 
+    @emits("rank-died")
     def _dead(self, now: float) -> list[Finding]:
+        """Ranks whose heartbeat stopped: their process died (or its host)."""
         new: list[Finding] = []
         for rank, view in sorted(self.views.items()):
             silent = now - view.seen_at
@@ -146,7 +149,11 @@ class Detector:
         timeout = self._timeout()
         return self.settings.timeout_fraction * timeout if timeout else None
 
+    @emits("rank-hang", "straggler-rank", "rank0-evaluation", "checkpoint-io", "rank0-preprocessing",
+           "dataloader-resume-skew")
     def _behind(self, rank: int, front: list[int], wait: float, front_at: int, now: float, new: list[Finding]) -> None:
+        """A rank behind the others while they wait: hung (with its stack), a straggler, or busy in a marked phase
+        of its own."""
         beat = self.views[rank].beat
         rule = phase_rule(beat.get("phase"))
         idle = self._idle(rank, now)
@@ -187,6 +194,7 @@ class Detector:
                  "or move it off the critical path (every rank, or before the job)."])
         self._emit((cause, rank, front_at), finding, new)
 
+    @emits("collective-timeout")
     def _all_still(self, alive: list[int], wait: float, at: int, new: list[Finding]) -> bool:
         """Every rank at the same point and none moving: stuck inside one collective (or all working alone)."""
         if wait < self.settings.hang_after:
@@ -204,7 +212,9 @@ class Detector:
 
     # ------------------------------------------------------------------ stragglers
 
+    @emits("straggler-rank")
     def _stragglers(self, now: float, new: list[Finding]) -> None:
+        """Ranks that arrive last at collectives, again and again, beyond what CPU contention explains."""
         alive = self._running(now)
         if len(alive) < 2:
             return
@@ -288,6 +298,7 @@ class Detector:
 
     # ------------------------------------------------------------------ the timeout, from what was measured
 
+    @emits("pg-timeout-unfit")
     def timeout_advice(self) -> tuple[list[Finding], dict[str, Any]]:
         """The longest gap between collectives any rank saw, and a timeout that would hold."""
         gaps = {r: v.beat.get("max_gap") or 0.0 for r, v in self.views.items()}

@@ -19,6 +19,7 @@ from ..collectives import COLLECTIVES, IN_PLACE, OUT_OF_PLACE, Spec, levels_for
 from ..judge import MARGIN, JudgeContext, Outcome, Stage
 from ..stages.collectives import judge_op
 from .options import DATATYPES, ELEMENT_BYTES, BenchOptions, sizes
+from ...roads import emits
 
 LAYOUTS = (OUT_OF_PLACE, IN_PLACE)
 
@@ -159,6 +160,7 @@ def average_busbw(rows: list[dict]) -> dict[str, float]:
     return {name: round(statistics.fmean(values), 6) for name, values in found.items()}
 
 
+@emits("collective-wrong-result")
 def wrong_findings(ctx: JudgeContext, rows: list[dict]) -> list[Finding]:
     """One finding per collective that returned wrong data, naming the ranks and their hosts."""
     findings = []

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from ..judge import MARGIN, JudgeContext, Outcome, Stage
 from ..watchdog import error_findings, missing_findings
+from ...roads import emits
 
 
 def on_rank(ctx) -> None:
@@ -29,7 +30,10 @@ def on_rank(ctx) -> None:
     ctx.publish("backend", {**result, "seconds": time.monotonic() - started})
 
 
+@emits("backend-init-failed")
 def on_judge(ctx: JudgeContext) -> Outcome:
+    """Stage 5 on the judge: every rank's init_process_group result; failures that no more specific cause explains
+    are backend-init-failed."""
     got = ctx.gather("backend")
     errors = {r: p["error"] for r, p in got.results.items() if not p["ok"]}
     culprits = missing_findings(ctx, "init_process_group", got.missing, enter_step="backend")

@@ -15,6 +15,7 @@ from ..collectives import COLLECTIVES
 from ..faults import die
 from ..judge import MARGIN, JudgeContext, Outcome, Stage
 from ..watchdog import error_findings, missing_findings
+from ...roads import emits
 
 ELEMENTS_PER_RANK = 1024  # small: this stage checks correctness; `bench` measures
 
@@ -82,6 +83,7 @@ def on_judge(ctx: JudgeContext) -> Outcome:
                                     + (f", {timings[-1]['op']} failed" if passed < len(timings) else ""))
 
 
+@emits("collective-timeout", "collective-wrong-result")
 def judge_op(ctx: JudgeContext, op: str, step: str, results: dict[int, dict], missing: list[int]) -> list[Finding]:
     """Findings for one verified op: ranks that never entered or finished first, their errors folded under."""
     errors = {r: p["error"] for r, p in results.items() if "error" in p}

@@ -12,6 +12,7 @@ from ...model import Finding, fold, ranges
 from ...rules.consistency import compare_fingerprints, compare_settings, interface_findings, rules
 from ..judge import JudgeContext, Outcome, Stage
 from ..watchdog import missing_findings
+from ...roads import emits
 
 
 def on_rank(ctx) -> None:
@@ -53,7 +54,10 @@ def _torch_view() -> dict:
             "gloo": dist.is_gloo_available()}
 
 
+@emits("more-ranks-than-gpus", "nccl-setting-differs")
 def on_judge(ctx: JudgeContext) -> Outcome:
+    """Stage 2 on the judge: fingerprints (versions, settings, GPUs, interfaces) compared across ranks, one finding
+    per cause."""
     got = ctx.gather("fingerprints")
     host_of = {r: ctx.host(r) for r in ctx.identities}
     facts = {r: p["facts"] for r, p in got.results.items()}
@@ -75,7 +79,9 @@ def on_judge(ctx: JudgeContext) -> Outcome:
                                     f"{differing} difference{'s' if differing != 1 else ''}", backend=backend)
 
 
+@emits("more-ranks-than-gpus")
 def _backend(ctx: JudgeContext, views: dict[int, dict]) -> tuple[str, list[Finding]]:
+    """The backend the ranks can use (nccl needs CUDA, a GPU and NCCL on every rank); more ranks than GPUs is named."""
     without = sorted(r for r, v in views.items() if not (v["cuda"] and v["gpus"] and v["nccl"]))
     wanted = ctx.options.backend
     if wanted == "auto":

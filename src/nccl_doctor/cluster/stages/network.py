@@ -26,6 +26,7 @@ def on_rank(ctx) -> None:
 
 
 def on_judge(ctx: JudgeContext) -> Outcome:
+    """Stage 4 on the judge: host-to-host probes on the interfaces NCCL and Gloo would pick; who cannot reach whom."""
     leaders = ctx.plan["leaders"]
     heard = ctx.gather("network.listen")
     targets = {host: heard.results.get(rank, {}).get("listeners", []) for host, rank in leaders.items()}

@@ -9,6 +9,7 @@ import time
 
 from ...model import Evidence, Finding, ranges
 from ..judge import JudgeContext, Outcome, Stage
+from ...roads import emits
 
 
 def on_rank(ctx) -> None:
@@ -41,7 +42,9 @@ def on_judge(ctx: JudgeContext) -> Outcome:
     return Outcome.judged(findings, detail, hosts=hosts, leaders=ctx.plan["leaders"], token=ctx.run_token)
 
 
+@emits("rank-config-invalid")
 def _duplicates(ctx: JudgeContext) -> list[Finding]:
+    """Two processes that joined with the same rank."""
     count = ctx.exchange.counter("rendezvous/dups")
     dups = [ctx.exchange.get(f"rendezvous/dup/{i}", 1.0) for i in range(1, count + 1)]
     findings = []
@@ -56,7 +59,9 @@ def _duplicates(ctx: JudgeContext) -> list[Finding]:
     return findings
 
 
+@emits("rank-config-invalid")
 def _world_size_disagreements(ctx: JudgeContext) -> list[Finding]:
+    """Ranks that were started with another WORLD_SIZE than the judge's."""
     odd = {r: i["world_size"] for r, i in ctx.identities.items() if i["world_size"] != ctx.world_size}
     if not odd:
         return []
@@ -66,6 +71,7 @@ def _world_size_disagreements(ctx: JudgeContext) -> list[Finding]:
                     evidence=[Evidence(ctx.who(r), f"WORLD_SIZE={size}") for r, size in sorted(odd.items())])]
 
 
+@emits("local-start-slow", "rank-hang", "store-timeout")
 def _missing(ctx: JudgeContext, missing: list[int]) -> list[Finding]:
     """Missing ranks: under --local each child can say why (its join failure, its exit, or that it is still
     starting); else only who."""
@@ -94,6 +100,7 @@ def _missing(ctx: JudgeContext, missing: list[int]) -> list[Finding]:
     return findings
 
 
+@emits("local-start-slow", "rank-hang")
 def _still_starting(ctx: JudgeContext, starting: list[int]) -> Finding:
     """--local ranks alive but not joined at the deadline: this host starts too many too slowly (the joins
     came in until the deadline), or these few are stuck (the others joined early)."""

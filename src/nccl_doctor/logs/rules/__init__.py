@@ -30,7 +30,8 @@ class Rule:
         return clues
 
     def causes(self) -> set[str]:
-        return {c for o in self.observations for c in observation(o).causes}
+        """The causes it reaches (observations that may name any cause only add weight: not listed)."""
+        return {c for o in self.observations if not observation(o).wildcard for c in observation(o).causes}
 
 
 RULES: list[Rule] = []

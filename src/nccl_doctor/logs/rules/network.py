@@ -37,6 +37,12 @@ def kind(iface: str, addr: str = "") -> str | None:
     return None
 
 
+def exclusion(iface: str) -> str:
+    """The NCCL_SOCKET_IFNAME prefix that excludes an interface and its siblings (veth1a2b -> veth, br-x -> br-)."""
+    m = re.match(r"(br-|[a-z]+)", iface)
+    return m.group(1) if m else iface
+
+
 def network_failed(view: LogView) -> list[Event]:
     """Error lines that a broken network path produces (connections refused, lost, timed out)."""
     return [e for e in view.events if e.cause in NETWORK_FAILURES or
@@ -63,10 +69,15 @@ def rule_interface_kinds(view: LogView) -> Iterator[Clue]:
     if not bad:
         return
     failures = network_failed(view)
-    listing = ", ".join(f"{iface} ({kind(iface, addr)})" for iface, addr in list(bad)[:6])
-    more = f" and {len(bad) - 6} more" if len(bad) > 6 else ""
-    fix = ("Set NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the interface the hosts share, e.g. "
-           "`NCCL_SOCKET_IFNAME=eth0`, or exclude the others: `NCCL_SOCKET_IFNAME=^lo,docker,veth,br-,virbr`.",)
+    kinds: dict[str, list[str]] = defaultdict(list)
+    for iface, addr in bad:
+        kinds[kind(iface, addr) or ""].append(iface)
+    listing = "; ".join(f"{', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''} ({what})"
+                        for what, names in kinds.items())
+    more = ""
+    names = sorted({iface for iface, _ in bad})
+    fix = (f"Keep NCCL (and Gloo) off {', '.join(names[:4])}: set NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME to the "
+           f"interface the hosts share, or exclude them: `NCCL_SOCKET_IFNAME=^{','.join(exclusion(n) for n in names[:4])}`.",)
     events = unique(bad.values())
     if failures or view.multi_host():
         yield Clue("iface-unreachable-kind", f"NCCL uses interfaces other hosts cannot reach: {listing}{more}",
@@ -88,7 +99,8 @@ def rule_link_local_connect(view: LogView) -> Iterator[Clue]:
         yield Clue("connect-to-link-local", f"connections to the link-local address {m.group('addr') if m else '?'}"
                    f"{via} failed: NCCL chose an interface whose address other hosts cannot route to",
                    events=tuple(unique(failed))[:4], ranks=ranks_of(failed), hosts=hosts_in(failed),
-                   fix=("Set NCCL_SOCKET_IFNAME to the interface with a routable address (`ip -br addr`).",))
+                   fix=(f"Set NCCL_SOCKET_IFNAME to an interface with a routable address instead of "
+                        f"{m.group('iface') if m and m.group('iface') else 'the link-local one'} (`ip -br addr`).",))
 
 
 CONNECT_SIGNATURES = ("socket-connect-failed", "socket-call-failed", "connection-closed-by-peer")
@@ -97,19 +109,14 @@ CONNECT_SIGNATURES = ("socket-connect-failed", "socket-call-failed", "connection
 @rule("ifname-differs", "ifname-differs-quiet")
 def rule_interface_names(view: LogView) -> Iterator[Clue]:
     """Hosts bootstrap over differently named interfaces: one NCCL_SOCKET_IFNAME cannot match them all."""
-    by_host: dict[str, set[str]] = defaultdict(set)
-    evidence: dict[str, Event] = {}
-    for proc, e in view.facts("bootstrap"):
-        host = view.host_of(proc, e)
-        by_host[host].add(e.caps["iface"])
-        evidence.setdefault(f"{host}/{e.caps['iface']}", e)
+    by_host, first = view.by_host("bootstrap", lambda e: e.caps["iface"])
     names = {n for v in by_host.values() for n in v}
     if len(by_host) > 1 and len(names) > 1 and all(len(v) == 1 for v in by_host.values()):
         listing = "; ".join(f"{h}: {','.join(sorted(v))}" for h, v in sorted(by_host.items()))
         failed = bool(network_failed(view))
         yield Clue("ifname-differs" if failed else "ifname-differs-quiet",
                    f"hosts bootstrap over differently named interfaces ({listing})",
-                   evidence=as_evidence(list(evidence.values())[:6]), hosts=frozenset(by_host),
+                   evidence=as_evidence(list(first.values())[:6]), hosts=frozenset(by_host),
                    fix=(f"Make NCCL_SOCKET_IFNAME match on every host, e.g. "
                         f"`NCCL_SOCKET_IFNAME={','.join(sorted(names))}`.",),
                    severity=None if failed else Severity.WARNING)
@@ -137,12 +144,7 @@ def rule_init_failure_on_some_hosts(view: LogView) -> Iterator[Clue]:
 @rule("ib-on-some-hosts", "ib-expected-sockets-used")
 def rule_transports(view: LogView) -> Iterator[Clue]:
     """InfiniBand on some hosts and TCP sockets on others; InfiniBand expected but sockets used."""
-    nets: dict[str, set[str]] = defaultdict(set)
-    shown: dict[str, Event] = {}
-    for proc, e in view.facts("network"):
-        host = view.host_of(proc, e)
-        nets[host].add(e.caps["net"])
-        shown.setdefault(host, e)
+    nets, shown = view.by_host("network", lambda e: e.caps["net"])
     socket_hosts = sorted(h for h, n in nets.items() if "Socket" in n)
     other_hosts = sorted(h for h, n in nets.items() if n - {"Socket"})
     absent = [e for _, e in view.facts("ib_absent")]

@@ -72,13 +72,8 @@ def rule_address_family(view: LogView) -> Iterator[Clue]:
 @rule("net-plugin-differs")
 def rule_net_plugins(view: LogView) -> Iterator[Clue]:
     """Hosts that load different NCCL network plugins (or none): their transports cannot talk to each other."""
-    by_host: dict[str, set[str]] = defaultdict(set)
-    evidence: dict[str, Evidence] = {}
-    for proc, e in view.facts("net_plugin"):
-        host = view.host_of(proc, e)
-        plugin = plugin_name(e.caps)
-        by_host[host].add(plugin)
-        evidence.setdefault(host, Evidence(e.source, e.text, e.line))
+    by_host, first = view.by_host("net_plugin", lambda e: plugin_name(e.caps))
+    evidence = {host: Evidence(e.source, e.text, e.line) for host, e in first.items()}
     if len(by_host) > 1 and len({frozenset(v) for v in by_host.values()}) > 1:
         listing = "; ".join(f"{h}: {', '.join(sorted(v))}" for h, v in sorted(by_host.items()))
         yield Clue("net-plugin-differs", f"hosts load different NCCL network plugins ({listing})",

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import ray
 
 from ...model import Evidence, Finding, InputError, Report
+from ...roads import emits
 
 MARGIN = 60.0  # beyond the stage deadlines: process start, imports, the judge's own work
 
@@ -98,18 +99,25 @@ def _run_rank(_actor: Any, args: list[str], launch: dict[str, str], limit: float
 # ------------------------------------------------------------------ rank 0's report, as a Report
 
 def _report(results: list[dict[str, Any]], nodes: list[str]) -> Report:
+    """Rank 0's report of a check run across Ray actors, its findings rebuilt from its JSON."""
     rank0 = results[0]
     try:
         data = json.loads(rank0["stdout"])
     except ValueError:
-        tail = (rank0["stderr"] or "no output").strip().splitlines()[-3:]
-        finding = Finding("store-timeout", "error", "rank 0 of the check (in the first actor) produced no report",
-                          ranks=[0], evidence=[Evidence("rank 0 stderr", line) for line in tail])
-        return Report("check", [finding], {"ray": {"nodes": nodes}})
+        return _no_report(rank0, nodes)
     findings = [_finding(d) for d in data["findings"]]
     facts = {**data.get("facts", {}), "ray": {"actors": len(results), "nodes": len(set(nodes)),
                                               "exit_codes": [r["code"] for r in results]}}
     return Report("check", findings, facts, order=None)
+
+
+@emits("store-timeout")
+def _no_report(rank0: dict[str, Any], nodes: list[str]) -> Report:
+    """Rank 0 produced no report: the actors never met (store-timeout), with the end of its stderr."""
+    tail = (rank0["stderr"] or "no output").strip().splitlines()[-3:]
+    finding = Finding("store-timeout", "error", "rank 0 of the check (in the first actor) produced no report",
+                      ranks=[0], evidence=[Evidence("rank 0 stderr", line) for line in tail])
+    return Report("check", [finding], {"ray": {"nodes": nodes}})
 
 
 def _finding(d: dict[str, Any]) -> Finding:
