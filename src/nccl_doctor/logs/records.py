@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..redact import redact_text
-from . import flight_recorder as fr
+from .flight_recorder import DumpSummary
 from .signatures import Signature
 
 MAX_TEXT = 2000  # characters of a line kept as evidence
@@ -67,7 +67,7 @@ class Proc:
     last_line: tuple[str, int, str] | None = None
     last_line_order: tuple[int, int] = (-1, -1)
     colls: deque[tuple[int, str, int, str, Event]] = field(default_factory=lambda: deque(maxlen=COLL_TAIL))
-    fr: fr.DumpSummary | None = None
+    fr: DumpSummary | None = None
 
     def fact(self, name: str) -> Event | None:
         events = self.facts.get(name)
