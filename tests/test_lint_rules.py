@@ -12,7 +12,7 @@ from nccl_doctor.model import Evidence, Severity
 from nccl_doctor.probe.environment import SourcedEnv
 from nccl_doctor.probe.topology import parse_smi_topo
 from nccl_doctor.rules.lint import RULES, lint, rules_markdown
-from nccl_doctor.rules.topology import judge
+from nccl_doctor.rules.hardware import judge
 from test_topo_fakes import SMI
 
 FIXTURES = Path(__file__).parent / "fixtures" / "env"
@@ -382,7 +382,7 @@ def test_lint_judges_the_hardware_section():
 @pytest.mark.parametrize("env", [{}, {"NCCL_IB_HCA": "mlx5_1"}, {"NCCL_IB_HCA": "=mlx5_10"}, {"NCCL_IB_HCA": "mlx5_2"},
                                  {"NCCL_IB_HCA": "^mlx5_0"}, {"NCCL_IB_GID_INDEX": "0"}])
 def test_ib_findings_have_one_home_shared_with_topo(env):
-    """lint's InfiniBand findings are exactly rules.topology's (what `topo` reports), each once."""
+    """lint's InfiniBand findings are exactly rules.hardware's (what `topo` reports), each once."""
     findings = found(env)
     ib = [(f.cause, f.message) for f in findings if f.category == "infiniband_roce"]
     assert len(ib) == len(set(ib))

@@ -10,9 +10,11 @@ import pytest
 from nccl_doctor.catalog import categories, causes
 from nccl_doctor.logs.engine import PortableEngine, make_engine
 from nccl_doctor.logs.signatures import (
+    common_text,
     grep_expression,
     hyperscan_expression,
     required_literals,
+    scan_expression,
     signatures,
 )
 
@@ -74,6 +76,22 @@ def test_required_literals():
 def test_hyperscan_expression_drops_named_groups_and_tails():
     assert hyperscan_expression(r"Call to (?P<call>\S+) failed: (?P<err>.*)") == r"Call to (?:\S+) failed: "
     assert hyperscan_expression(r"a(?P<x>b)c") == "a(?:b)c"
+
+
+def test_scan_expression_starts_where_healthy_logs_stop():
+    teardown = next(s for s in SIGS if s.id == "comm-teardown")  # 'comm 0x.. rank 0 ... - Destroy COMPLETE'
+    assert scan_expression(teardown.pattern, common_text()) == "(?:Destroy|Abort) COMPLETE"
+    assert scan_expression(r"(?i)timeout\s+from|x", common_text()) == r"(?i)timeout\s+from|x"  # one branch: no cut
+
+
+def test_scan_expressions_find_every_example():
+    """What hyperscan looks for finds a superset of the lines: every example of every signature looked for so."""
+    import re
+
+    for s in SIGS:
+        if not s.by_literal:
+            expr = scan_expression(s.pattern, common_text())
+            assert re.search(expr, s.example, re.MULTILINE), (s.id, expr)
 
 
 @pytest.mark.skipif(shutil.which("grep") is None, reason="grep not installed")

@@ -7,7 +7,7 @@ import pynvml
 from nccl_doctor.model import Severity
 from nccl_doctor.probe.hardware import hardware_facts
 from nccl_doctor.probe.topology import parse_smi_topo
-from nccl_doctor.rules.topology import judge
+from nccl_doctor.rules.hardware import judge
 from test_topo_fakes import SMI, FakeHost, FakeNVML, hgx_gpu, two_socket_node
 
 

@@ -19,7 +19,7 @@ from .model import Finding, Report
 
 F = TypeVar("F", bound=Callable[..., Any])
 COMMAND_OF = (  # module prefix -> the command(s) whose findings it makes
-    ("rules.lint", "lint, env, check"), ("rules.topology", "topo, lint, env, check"), ("rules.consistency", "check"),
+    ("rules.lint", "lint, env, check"), ("rules.hardware", "topo, lint, env, check"), ("rules.consistency", "check"),
     ("rules.links", "check, bench"), ("cluster.bench", "bench"), ("cluster", "check, bench"), ("runtime", "watch, preflight"),
     ("logs", "logs"),
 )

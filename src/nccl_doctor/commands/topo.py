@@ -1,6 +1,6 @@
 """`nccl-doctor topo`: GPU/NIC topology and hardware health of this host, judged.
 
-Options -> facts (probe/hardware) -> findings (rules/topology) -> Report -> render (render/topo)."""
+Options -> facts (probe/hardware) -> findings (rules/hardware) -> Report -> render (render/topo)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ..probe.hardware import hardware_facts
 from ..probe.topology import parse_smi_topo
 from ..render import emit
 from ..render.topo import render_topo
-from ..rules.topology import judge
+from ..rules.hardware import judge
 
 
 def read_smi_file(path: str) -> str:

@@ -20,15 +20,16 @@ import hashlib
 import os
 import re
 import tempfile
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Protocol
 
-from .signatures import Signature, hyperscan_expression
+from .signatures import Signature, common_text, scan_expression
 
 LineHits = list[tuple[int, int, list[int]]]  # (line start, line end, signature indexes), in line order
-CACHE_FORMAT = 1  # bump when what a cached database means changes
+Expressions = tuple[list[bytes], list[int], list[int]]  # hyperscan's expressions, their signatures, their flags
+CACHE_FORMAT = 2  # bump when what a cached database means changes
 
 
 class Engine(Protocol):
@@ -90,20 +91,11 @@ class HyperscanEngine:
         import hyperscan
 
         self._hs = hyperscan
-        expressions, ids, flags = [], [], []
-        for s in sigs:
-            if s.by_literal:
-                found = [re.escape(lit).encode() for lit in s.literals]
-                flag = hyperscan.HS_FLAG_CASELESS if caseless(s) else 0
-            else:  # its literals are common in healthy logs: the whole pattern reports far fewer lines
-                found = [hyperscan_expression(s.pattern).encode()]
-                flag = hyperscan.HS_FLAG_MULTILINE
-            expressions += found
-            ids += [s.index] * len(found)
-            flags += [flag] * len(found)
-        single = [f | hyperscan.HS_FLAG_SINGLEMATCH if i in sample else f for i, f in zip(ids, flags)]
-        self.full = _database(hyperscan, expressions, ids, flags)
-        self.sampled = _database(hyperscan, expressions, ids, single) if sample else self.full
+        # what the databases hold follows from these; their expressions are worked out only to compile one
+        key = [common_text().text, *((s.index, s.pattern, s.by_literal, s.literals, caseless(s)) for s in sigs)]
+        self.full = _database(hyperscan, key, lambda: _expressions(hyperscan, sigs, ()))
+        self.sampled = (_database(hyperscan, (key, sorted(sample)), lambda: _expressions(hyperscan, sigs, sample))
+                        if sample else self.full)
         self.scratch = {id(db): hyperscan.Scratch(db) for db in (self.full, self.sampled)}
 
     def scan(self, data: bytes, sampled: bool = False) -> LineHits:
@@ -118,9 +110,28 @@ class HyperscanEngine:
         return _group_by_line(data, hits)
 
 
-def _database(hyperscan, expressions: list[bytes], ids: list[int], flags: list[int]):
-    """A compiled block-mode database, from the cache when one holds exactly these patterns."""
-    key = hashlib.sha256(repr((CACHE_FORMAT, _hs_version(hyperscan), expressions, ids, flags)).encode()).hexdigest()
+def _expressions(hyperscan, sigs: Sequence[Signature], sample: Collection[int]) -> Expressions:
+    """What hyperscan looks for: a signature's rare literals, else its pattern from where it becomes rare."""
+    common = common_text()
+    expressions, ids, flags = [], [], []
+    for s in sigs:
+        if s.by_literal:
+            found = [re.escape(lit).encode() for lit in s.literals]
+            flag = hyperscan.HS_FLAG_CASELESS if caseless(s) else 0
+        else:  # its literals are common in healthy logs: the pattern reports far fewer lines
+            found = [scan_expression(s.pattern, common).encode()]
+            flag = hyperscan.HS_FLAG_MULTILINE
+        if s.index in sample:
+            flag |= hyperscan.HS_FLAG_SINGLEMATCH
+        expressions += found
+        ids += [s.index] * len(found)
+        flags += [flag] * len(found)
+    return expressions, ids, flags
+
+
+def _database(hyperscan, key: object, expressions: Callable[[], Expressions]):
+    """A compiled block-mode database, from the cache when one was compiled from the same signatures."""
+    key = hashlib.sha256(repr((CACHE_FORMAT, _hs_version(hyperscan), key)).encode()).hexdigest()
     path = cache_dir() / f"signatures-{key[:24]}.hsdb"
     try:
         db = hyperscan.loadb(path.read_bytes(), hyperscan.HS_MODE_BLOCK)
@@ -128,8 +139,9 @@ def _database(hyperscan, expressions: list[bytes], ids: list[int], flags: list[i
         return db
     except Exception:  # noqa: BLE001 - absent, corrupt, or of another platform: compile it again
         pass
+    found, ids, flags = expressions()
     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-    db.compile(expressions=expressions, ids=ids, elements=len(expressions), flags=flags)
+    db.compile(expressions=found, ids=ids, elements=len(found), flags=flags)
     _store(path, hyperscan.dumpb(db))
     return db
 

@@ -498,19 +498,23 @@ class SourceReader:
             if quiet >= TAIL_QUIET:
                 break
         calls: dict[Key, deque[Callable[[], Call]]] = {}
+        last: dict[Key, tuple[int, str]] = {}
         for line_no, text, info in reversed(picked):
-            self._tail_line(line_no, text, info, calls)
+            last[self._tail_line(line_no, text, info, calls)] = (line_no, info.message.strip())
         for key, made in calls.items():  # only the calls each process keeps become events (redacted)
             self.ids.proc(key).colls.extend(call() for call in made)
+        for key, (line_no, message) in last.items():  # redacted once per process, not once per line
+            proc = self.ids.proc(key)
+            if (self.index, line_no) > proc.last_line_order:
+                proc.last_line, proc.last_line_order = (self.source.name, line_no, kept(message)), (self.index, line_no)
 
-    def _tail_line(self, line_no: int, text: str, info: LineInfo, calls: dict[Key, deque[Callable[[], Call]]]) -> None:
+    def _tail_line(self, line_no: int, text: str, info: LineInfo, calls: dict[Key, deque[Callable[[], Call]]]) -> Key:
+        """Match one tail line against the tail signatures; the process it belongs to."""
         source = self.source.name
         message = info.message.strip()
         key = self.ids.identify(source, self.file_rank, info)
         proc = self.ids.proc(key)
         order = (self.index, line_no)
-        if order > proc.last_line_order:
-            proc.last_line, proc.last_line_order = (source, line_no, kept(message)), order
         for sig in self.tail_sigs + (self.comm_sigs if self.sampled else []):
             if any(lit in text for lit in sig.literals):
                 caps = sig.match(message)
@@ -530,6 +534,7 @@ class SourceReader:
                 calls.setdefault(key, deque(maxlen=COLL_TAIL)).append(
                     lambda caps=caps, event=event: (int(caps["opcount"], 16), caps["op"], int(caps["count"]),
                                                     caps.get("comm", ""), event()))
+        return key
 
 
 def _transport_name(raw: str) -> str:

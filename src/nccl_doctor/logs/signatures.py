@@ -178,6 +178,68 @@ def _strip_head(expr: str) -> str:
     return prefix + expr
 
 
+def scan_expression(pattern: str, common: CommonText) -> str:
+    """What hyperscan looks for: `hyperscan_expression`, then, where healthy logs share its beginning, its
+    shortest suffix that still finds the fewest healthy lines.
+
+    A suffix finds a superset of the lines (re re-checks them). A common beginning is costly: `comm 0x.. rank 0
+    nranks 8 cudaDev 0 busId 1000 - Abort COMPLETE` makes hyperscan follow every `Init COMPLETE` line up to its
+    end, while `Abort COMPLETE` alone is found at the speed of a literal.
+    """
+    expr = hyperscan_expression(pattern)
+    flags = _FLAGS.match(expr)
+    prefix = flags.group() if flags else ""
+    body = expr[len(prefix):]
+    if "|" in _top_level(body):
+        return expr  # a suffix of one branch would miss the others
+    options = re.IGNORECASE if "i" in prefix else 0
+    whole = required_literals(expr)
+    longest = min(SCAN_LITERAL, max(map(len, whole), default=0))  # a suffix keeps a literal this long
+    best: tuple[int, int, str] | None = None
+    cuts = [0, *_atom_ends(body)]
+    for before, cut in zip([0, *cuts], cuts):
+        if _in_word(body[before:cut], body[cut:cut + 1]):
+            continue  # a word's tail ('ort COMPLETE') is a weaker literal than the word, and no faster
+        rest = body[cut:]
+        literals = required_literals(prefix + rest)
+        if not literals or min(map(len, literals)) < MIN_LITERAL or max(map(len, literals)) < longest:
+            continue
+        try:
+            finder = re.compile(rest, options | re.MULTILINE)
+        except re.error:
+            continue  # cut inside a construct the atom reader does not know: not a candidate
+        found = sum(1 for line in common.lines if finder.search(line))
+        if best is None or (found, len(rest)) <= (best[0], best[1]):
+            best = (found, len(rest), rest)
+    return prefix + best[2] if best else expr
+
+
+def _in_word(atom: str, following: str) -> bool:
+    return len(atom) == 1 and atom.isalnum() and following.isalnum()
+
+
+def _atom_ends(expr: str) -> Iterator[int]:
+    """End of each top-level atom of expr with its quantifier: a group, a class, an escape or one character."""
+    i = 0
+    while i < len(expr):
+        if expr[i] == "(":
+            end = _group_end(expr[i:])
+            if end < 0:
+                return
+            i += end + 1
+        elif expr[i] == "[":
+            j = i + 1 + (expr[i + 1:i + 2] == "^")
+            j += expr[j:j + 1] == "]"
+            while j < len(expr) and expr[j] != "]":
+                j += 2 if expr[j] == "\\" else 1
+            i = j + 1
+        else:
+            i += 2 if expr[i] == "\\" else 1
+        quantifier = _QUANTIFIER.match(expr, i)
+        i = quantifier.end() if quantifier else i
+        yield i
+
+
 def _strip_optional_tail(expr: str) -> str:
     """'head(?:X)?' -> 'head' when the group is a whole top-level element and the head has no top-level '|'."""
     if not expr.endswith(")?") or expr.endswith("\\)?"):
@@ -304,6 +366,7 @@ def _posix_brackets(pattern: str) -> str:
 
 
 MIN_LITERAL = 4
+SCAN_LITERAL = 8  # a suffix hyperscan looks for instead of the pattern keeps a literal this long (or the longest)
 
 
 class CommonText:
@@ -341,7 +404,7 @@ def distinctive(literal: str, common: CommonText, pattern: str | None = None) ->
 @cache
 def signatures() -> tuple[Signature, ...]:
     rows = load_toml("signatures.toml")["signature"]
-    common = CommonText(rows)
+    common = common_text()
     table: list[Signature] = []
     seen: set[str] = set()
     for i, row in enumerate(rows):
@@ -371,6 +434,11 @@ def signatures() -> tuple[Signature, ...]:
             note=row.get("note", ""),
         ))
     return tuple(table) + template_signatures(len(table), common)
+
+
+@cache
+def common_text() -> CommonText:
+    return CommonText(load_toml("signatures.toml")["signature"])
 
 
 def signature_at(index: int) -> Signature:

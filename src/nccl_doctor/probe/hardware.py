@@ -1,6 +1,6 @@
 """Every hardware reading of this host in one dict: topology, GPU health, NVSwitch/fabric manager,
 InfiniBand ports, PCI links, Xid events. `topo` shows all of it; probe.collect() carries a lighter copy
-under facts["hardware"] (see `probe`); rules.topology.judge() turns either into findings.
+under facts["hardware"] (see `probe`); rules.hardware.judge() turns either into findings.
 """
 
 from __future__ import annotations

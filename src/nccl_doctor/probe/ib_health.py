@@ -3,7 +3,7 @@
 Builds on probe/infiniband.py, the one reader of /sys/class/infiniband: `read_ib_ports` takes its device and
 port dicts and adds these details to each port (reading only the files infiniband.py did not). Kept out of
 probe.collect() because a RoCE GID table has up to 256 slots and every port dozens of counters. Facts only:
-judging happens in rules/topology.py.
+judging happens in rules/hardware.py.
 """
 
 from __future__ import annotations

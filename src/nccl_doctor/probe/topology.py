@@ -2,7 +2,7 @@
 derived from the PCI tree in sysfs plus NVLink counts from NVML; and the PCIe facts around it (link
 speed and width, ACS on switch ports, IOMMU mode).
 
-probe/hardware.py gathers these with the GPU, NVLink and InfiniBand readings; rules/topology.py
+probe/hardware.py gathers these with the GPU, NVLink and InfiniBand readings; rules/hardware.py
 judges them.
 """
 

@@ -28,7 +28,7 @@ RULES: list[Rule] = [
     lint_network.bootstrap_interface,
     lint_network.gloo_ifname,
     lint_network.ib_disabled,
-    # InfiniBand ports, topology and GPU health (rules/topology.py, shared with `topo`)
+    # InfiniBand ports, topology and GPU health (rules/hardware.py, shared with `topo`)
     lint_hardware.hardware,
     # rendezvous
     lint_rendezvous.rank_world_size,

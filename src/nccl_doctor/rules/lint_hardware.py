@@ -1,4 +1,4 @@
-"""The hardware part of `lint`: the judgement of `nccl-doctor topo` (rules/topology.py) over the hardware and
+"""The hardware part of `lint`: the judgement of `nccl-doctor topo` (rules/hardware.py) over the hardware and
 infiniband sections of probe.collect(), with the settings as NCCL will see them (config files included)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from ..model import Finding
 from .lint_context import Context
-from .topology import judge
+from .hardware import judge
 
 
 def hardware(ctx: Context) -> Iterator[Finding]:

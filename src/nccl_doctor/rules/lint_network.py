@@ -1,6 +1,6 @@
 """Lint rules about network interfaces: which interfaces NCCL and Gloo would really select on this host, using
 their exact matching rules (probe/network.py), and NCCL_IB_DISABLE. NCCL_IB_HCA, the RDMA ports and the rest
-of the hardware are judged by rules/topology.py, which lint runs through lint_hardware.py."""
+of the hardware are judged by rules/hardware.py, which lint runs through lint_hardware.py."""
 
 from __future__ import annotations
 
