@@ -70,7 +70,7 @@ def inline_pairs(sizes: list[int], iters: int, warmup: int, reps: int) -> None:
 
     from nccl_doctor.cluster.bench.harness import time_op
     from nccl_doctor.cluster.bench.sweep import busbw_of
-    from nccl_doctor.cluster.collectives import COLLECTIVES, Spec
+    from nccl_doctor.cluster.ops import COLLECTIVES, Spec
 
     dist.init_process_group("gloo")
     n, rank = dist.get_world_size(), dist.get_rank()
@@ -114,7 +114,7 @@ def call_cost(calls: int, blocks: int) -> dict[str, float]:
     import torch
     import torch.distributed as dist
 
-    from nccl_doctor.cluster.collectives import COLLECTIVES, Spec
+    from nccl_doctor.cluster.ops import COLLECTIVES, Spec
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     entry = COLLECTIVES["all_reduce"]

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from nccl_doctor.cluster.collectives import (COLLECTIVES, IN_PLACE, OUT_OF_PLACE, REDOPS, SPEC, Spec,  # noqa: E402
+from nccl_doctor.cluster.ops import (COLLECTIVES, IN_PLACE, OUT_OF_PLACE, REDOPS, SPEC, Spec,  # noqa: E402
                                              levels_for)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.uint8, torch.int32,

@@ -186,7 +186,7 @@ def test_collective_table_expectations_are_consistent(n):
     """Simulate each collective's semantics from the inputs and compare with the table's `expected`."""
     import torch
 
-    from nccl_doctor.cluster.collectives import COLLECTIVES, fill
+    from nccl_doctor.cluster.ops import COLLECTIVES, fill
 
     count, like = 12 * n, torch.empty(0)
     inputs = [COLLECTIVES[c].buffers(r, n, count, like).send for c in COLLECTIVES for r in range(n)]
@@ -206,7 +206,7 @@ def test_collective_table_expectations_are_consistent(n):
 def test_collective_check_reports_wrong_elements_and_bus_factors():
     import torch
 
-    from nccl_doctor.cluster.collectives import COLLECTIVES
+    from nccl_doctor.cluster.ops import COLLECTIVES
 
     entry = COLLECTIVES["all_reduce"]
     bufs = entry.buffers(0, 4, 16, torch.empty(0))

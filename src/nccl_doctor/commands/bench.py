@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from ..cluster.bench.options import DATATYPES, ELEMENT_BYTES, BenchOptions, parse_size, sizes
-from ..cluster.collectives import COLLECTIVES, REDOPS
+from ..cluster.ops import COLLECTIVES, REDOPS
 from ..model import InputError, Report
 from ..render import emit
 from ..render.bench import SweepStream, render_bench

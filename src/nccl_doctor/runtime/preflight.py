@@ -164,7 +164,7 @@ def _verified_all_reduce(ctx: RankContext) -> dict:
     import torch
     import torch.distributed as dist
 
-    from ..cluster.collectives import COLLECTIVES
+    from ..cluster.ops import COLLECTIVES
 
     entry, n = COLLECTIVES["all_reduce"], ctx.world.world_size
     backend = ctx.plan.get("backend", "gloo")

@@ -15,7 +15,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from ..collectives import Collective, Spec
+from ..ops import Collective, Spec
 from .options import DATATYPES
 
 def device_of(ctx: Any) -> Any:

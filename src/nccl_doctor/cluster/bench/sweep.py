@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from ...model import Evidence, Finding, ranges
-from ..collectives import COLLECTIVES, IN_PLACE, OUT_OF_PLACE, Spec, levels_for
+from ..ops import COLLECTIVES, IN_PLACE, OUT_OF_PLACE, Spec, levels_for
 from ..judge import MARGIN, JudgeContext, Outcome, Stage
 from ..stages.collectives import judge_op
 from .options import DATATYPES, ELEMENT_BYTES, BenchOptions, sizes

@@ -11,7 +11,7 @@ import time
 from datetime import timedelta
 
 from ...model import Evidence, Finding, ranges
-from ..collectives import COLLECTIVES
+from ..ops import COLLECTIVES
 from ..faults import die
 from ..judge import MARGIN, JudgeContext, Outcome, Stage
 from ..watchdog import error_findings, missing_findings
