@@ -50,7 +50,7 @@ def test_p2p_status_per_pair():
 
 def test_no_driver_degrades_to_unavailable():
     health = gpu_health.read_gpu_health(FakeNVML([], init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED))
-    assert health == {"unavailable": "NVML: Driver Not Loaded"}
+    assert health == {"unavailable": "NVML: Driver Not Loaded (no NVIDIA driver, or not visible here)"}
 
 
 def test_real_pynvml_without_a_gpu_is_unavailable():

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bounded import within
+from .gpus import NvmlUnavailable, nvml_session
 from .topology import knowledge
 
 NVML_TIMEOUT_S = 20.0
@@ -199,19 +200,16 @@ def read_p2p(nvml: Any, handles: list[Any]) -> dict[str, str]:
 
 def read_with_nvml(nvml: Any) -> dict[str, Any]:
     try:
-        nvml.nvmlInit()
-    except nvml.NVMLError as exc:
-        return {"unavailable": f"NVML: {exc}"}
-    try:
-        count = nvml.nvmlDeviceGetCount()
-        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        return {
-            "driver": as_text(query(nvml, "nvmlSystemGetDriverVersion")),
-            "gpus": [read_gpu(nvml, i, h) for i, h in enumerate(handles)],
-            "p2p": read_p2p(nvml, handles),
-        }
-    finally:
-        query(nvml, "nvmlShutdown")
+        with nvml_session(nvml):
+            count = nvml.nvmlDeviceGetCount()
+            handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            return {
+                "driver": as_text(query(nvml, "nvmlSystemGetDriverVersion")),
+                "gpus": [read_gpu(nvml, i, h) for i, h in enumerate(handles)],
+                "p2p": read_p2p(nvml, handles),
+            }
+    except NvmlUnavailable as exc:
+        return {"unavailable": str(exc)}
 
 
 def read_gpu_health(nvml: Any = None, timeout: float = NVML_TIMEOUT_S) -> dict[str, Any]:

@@ -5,7 +5,8 @@ NVML lists every GPU of the host whatever CUDA_VISIBLE_DEVICES says; rules apply
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -29,27 +30,42 @@ def device_facts(nvml: Any, index: int) -> dict[str, Any]:
     }
 
 
+class NvmlUnavailable(Exception):
+    """NVML cannot start here; str() is the fact's `unavailable` text."""
+
+
+@contextmanager
+def nvml_session(nvml: Any) -> Iterator[Any]:
+    """NVML initialised for the block and shut down after it. The one place that opens NVML, for `env`/`lint`
+    (below) and for `topo`'s health readings (probe/gpu_health.py)."""
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        raise NvmlUnavailable(f"NVML: {exc} (no NVIDIA driver, or not visible here)") from None
+    try:
+        yield nvml
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass
+
+
 def probe(env: Mapping[str, str]) -> dict[str, Any]:
     try:
         import pynvml as nvml
     except ImportError:
         return {"unavailable": "nvidia-ml-py (pynvml) is not installed"}
     try:
-        nvml.nvmlInit()
-    except nvml.NVMLError as exc:
-        return {"unavailable": f"NVML: {exc} (no NVIDIA driver, or not visible here)"}
-    try:
-        count = nvml.nvmlDeviceGetCount()
-        return {
-            "driver_version": _text(nvml.nvmlSystemGetDriverVersion()),
-            "cuda_driver_version": cuda_version(nvml.nvmlSystemGetCudaDriverVersion()),
-            "count": count,
-            "devices": [device_facts(nvml, i) for i in range(count)],
-        }
+        with nvml_session(nvml):
+            count = nvml.nvmlDeviceGetCount()
+            return {
+                "driver_version": _text(nvml.nvmlSystemGetDriverVersion()),
+                "cuda_driver_version": cuda_version(nvml.nvmlSystemGetCudaDriverVersion()),
+                "count": count,
+                "devices": [device_facts(nvml, i) for i in range(count)],
+            }
+    except NvmlUnavailable as exc:
+        return {"unavailable": str(exc)}
     except nvml.NVMLError as exc:
         return {"unavailable": f"NVML: {exc}"}
-    finally:
-        try:
-            nvml.nvmlShutdown()
-        except nvml.NVMLError:
-            pass
