@@ -10,8 +10,8 @@ import click
 from ..model import InputError, Report
 from ..probe import collect
 from ..probe.environment import EnvFileError, SourcedEnv, read_env_file
-from ..render import emit, literal
-from ..render.text import console_for
+from ..render import emit
+from ..render.env import draw_lint_header
 from ..rules.lint import lint as run_rules
 
 
@@ -31,10 +31,6 @@ def lint(as_json: bool, env_file: str | None) -> int:
     facts = collect(env)
     report = Report("lint", findings=run_rules(env, facts), facts=facts)
     if not as_json:
-        confs = [c["path"] for c in facts.get("environment", {}).get("nccl_conf", []) if c.get("exists")]
         source = f"{len(env)} variables from {env_file}" if env_file else "this process's environment"
-        extra = f" and {', '.join(confs)}" if confs else ""
-        console_for(click.get_text_stream("stdout")).print(
-            f"[dim]checked {literal.markup(source)}{literal.markup(extra)} on host "
-            f"{literal.markup(str(facts.get('host', {}).get('hostname', '?')))}[/dim]")
+        draw_lint_header(click.get_text_stream("stdout"), facts, source)
     return emit(report, as_json=as_json)

@@ -6,10 +6,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from typing import TextIO
+
 from rich.console import Console
-from . import literal
 from rich.padding import Padding
 from rich.table import Table
+
+from . import literal
 
 from ..probe.network import would_use
 from ..probe.topology import distance_rank
@@ -272,3 +275,11 @@ def print_facts(console: Console, facts: dict, env: dict, seconds: float) -> Non
     show_hardware(console, facts.get("hardware"))
     show_limits(console, facts.get("limits"))
     show_environment(console, facts.get("environment"))
+
+
+def draw_lint_header(stream: TextIO, facts: dict[str, Any], source: str) -> None:
+    """What lint judged: the settings' source (and any nccl.conf read), on which host."""
+    confs = [c["path"] for c in facts.get("environment", {}).get("nccl_conf", []) if c.get("exists")]
+    extra = f" and {', '.join(confs)}" if confs else ""
+    host = str(facts.get("host", {}).get("hostname", "?"))
+    console_for(stream).print(f"[dim]checked {literal.markup(source + extra)} on host {literal.markup(host)}[/dim]")
