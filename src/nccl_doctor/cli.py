@@ -6,6 +6,7 @@ a bug in nccl-doctor prints one line (traceback with NCCL_DOCTOR_DEBUG=1) and ex
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
@@ -24,14 +25,23 @@ EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Commands(click.Group):
+    """The commands of commands/, each imported when it is asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module = importlib.import_module(f".commands.{name}", __package__)
+        return getattr(module, name)
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nccl-doctor")
 def cli() -> None:
     """Find out why a distributed PyTorch job's communication fails."""
-
-
-for command in COMMANDS:
-    cli.add_command(command)
 
 
 def fail(message: str, code: int) -> int:
