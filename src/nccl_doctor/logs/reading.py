@@ -276,9 +276,10 @@ class SourceReader:
         tail: deque[Chunk] = deque()
         tail_bytes = 0
         lines = 0
-        for chunk in iter_chunks(stream, stats):
+        for chunk in iter_chunks(stream, stats, numbered=False):  # numbered here, by the scan's own count
             out.bytes += len(chunk.data)
-            self._scan(chunk)
+            chunk.first_line = lines + 1
+            chunk.lines = self._scan(chunk)
             tail.append(chunk)
             tail_bytes += len(chunk.data)
             while len(tail) > 1 and tail_bytes - len(tail[0].data) >= TAIL_BYTES:
@@ -299,8 +300,9 @@ class SourceReader:
         if stats.truncated_lines:
             out.problems.append(f"{source.name}: {stats.truncated_lines} line(s) longer than 64 KiB were cut")
 
-    def _scan(self, chunk: Chunk) -> None:
-        """Scan a chunk, in blocks while it is read in full, so that sampling can start soon after saturation."""
+    def _scan(self, chunk: Chunk) -> int:
+        """Scan a chunk, in blocks while it is read in full, so that sampling can start soon after saturation.
+        Returns the chunk's newlines, counted once on the way to its matches."""
         data, at, first_line = chunk.data, 0, chunk.first_line
         while at < len(data):
             sampled = self._saturated()
@@ -324,9 +326,9 @@ class SourceReader:
                     taken.update(ids)
                     self.sampled = True
                 self._on_line(line_no, block[start:stop], ids, now)
-            if end < len(data):
-                first_line += block.count(b"\n")
+            first_line = line_no + block.count(b"\n", pos)
             at = end
+        return first_line - chunk.first_line
 
     def _saturated(self) -> bool:
         return self.quiet >= QUIET_SATURATED and not self.pending
