@@ -11,10 +11,12 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nccl_doctor.logs import collect_paths, diagnose_paths, diagnose_text
 from nccl_doctor.logs.attribution import attribute, rank_from_path
-from nccl_doctor.logs.sources import ReadStats, iter_chunks
+from nccl_doctor.logs.sources import WIDE_COUNT, ReadStats, iter_chunks, newlines
 from nccl_doctor.model import InputError
 
 SHM_LINE = "node-1:41588:41837 [0] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device\n"
@@ -198,3 +200,23 @@ def test_rank_tag_before_nccl_prefix_and_column_viewers(tmp_path):
     rows = {r["label"]: r for r in report.facts["ranks"]}
     assert rows["rank 1"]["host"] == "node2"
     assert report.ordered()[0].hosts == ["algo-1"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=64), st.integers(0, 3), st.integers(0, WIDE_COUNT * 3), st.integers(0, WIDE_COUNT * 3))
+def test_newlines_counts_like_bytes_count_short_and_wide(unit, repeat_log, a, b):
+    """numpy counts wide spans, bytes.count short ones: the same answer either way, on any bytes and bounds."""
+    data = (unit or b"\n") * (1 + (WIDE_COUNT * 3 // max(len(unit), 1)) // (1 + 3 * repeat_log))
+    start, end = sorted((min(a, len(data)), min(b, len(data))))
+    assert newlines(data, start, end) == data.count(b"\n", start, end)
+    assert newlines(data) == data.count(b"\n")
+
+
+def test_line_numbers_survive_wide_chunks(tmp_path):
+    """Line numbers across 1 MiB chunks (counted by numpy) point at the right lines."""
+    filler = b"node-1:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n" * 40_000
+    log = tmp_path / "rank-0.log"
+    log.write_bytes(filler + SHM_LINE.encode() + b"\n" + filler)
+    report = diagnose_paths([str(log)])
+    lines = {e.line for f in report.findings for e in f.evidence if "shm" in e.text.lower() or "Bus" in e.text}
+    assert 40_001 in lines, lines

@@ -33,7 +33,8 @@ from .engine import Engine, default_engine
 from .identity import Identities
 from .records import COLL_TAIL, COMM_RANKS, EVENTS_PER_KEY, MAX_EVENTS, Collection, Event, Key, kept
 from .signatures import Signature, signatures
-from .sources import READ_ERRORS, Chunk, ReadStats, Source, input_size, iter_chunks, looks_binary, open_stream, sniff
+from .sources import (READ_ERRORS, Chunk, ReadStats, Source, input_size, iter_chunks, looks_binary, newlines,
+                      open_stream, sniff)
 
 TAIL_BYTES = 256 * 1024  # the end of each source read line by line
 TAIL_LINES = 5000  # at most this many lines from the end of each source
@@ -317,7 +318,7 @@ class SourceReader:
             pos, line_no = 0, first_line
             taken: set[int] = set()  # saturating signatures whose line of this block was read once saturated
             for start, stop, ids in self.engine.scan(block, sampled):
-                line_no += block.count(b"\n", pos, start)  # hits come in line order
+                line_no += newlines(block, pos, start)  # hits come in line order
                 pos = start
                 now = sampled or (self._saturated() and self.saturating.issuperset(ids))
                 if now and not sampled:  # saturated within the block: as if sampled from here on
@@ -326,7 +327,7 @@ class SourceReader:
                     taken.update(ids)
                     self.sampled = True
                 self._on_line(line_no, block[start:stop], ids, now)
-            first_line = line_no + block.count(b"\n", pos)
+            first_line = line_no + newlines(block, pos)
             at = end
         return first_line - chunk.first_line
 
