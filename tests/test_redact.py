@@ -208,3 +208,35 @@ def test_a_host_name_made_of_hex_segments_is_not_a_secret():
     assert redact_text(f"{host}:97:221 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>").startswith(host)
     assert "REDACTED" not in redact_text("compute-st-p4de24xlarge-2.cluster.internal") \
         and "redacted" not in redact_text("compute-st-p4de24xlarge-2.cluster.internal")
+
+
+# ---------------------------------------------------------------- the screen
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from nccl_doctor.redact import could_hide_a_secret, redact_everything  # noqa: E402
+
+FRAGMENTS = [
+    "--password hunter2", "--hf-token=abc", "HF_TOKEN=hf_" + "a" * 34, "AKIA" + "B" * 16, "ANPA" + "C" * 16,
+    "ghp_" + "x" * 36, "https://user:pw@host/x", "Authorization: Bearer abcdefgh12345678", "bearer abcdefgh1234",
+    "hooks.slack.com/services/T0/B0/xyz", "-----BEGIN RSA PRIVATE KEY-----", "eyJhbGciOi.eyJzdWIiOi.sig12345",
+    "AIza" + "d" * 35, "sk-proj-" + "e" * 24, "xoxb-1234567890-abc", "glpat-" + "f" * 22, '"api_key": "v"',
+    "token: abc", "DB_CONNECTIONSTRING=Server=x", "MY_SAS=sv=2020", "a" * 40, "0123456789abcdef" * 3,
+    "NCCL INFO AllReduce: opCount 1f count 1024 [nranks=8]", "rank 3 ", "NCCL_SOCKET_IFNAME=eth0", " ", "=", ":",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=40)), max_size=6))
+def test_the_screen_never_lets_a_secret_through(parts):
+    """redact_text skips the rules only for text none of them could change."""
+    text = "".join(parts)
+    assert redact_text(text) == redact_everything(text)
+
+
+def test_the_screen_lets_plain_log_lines_through_untouched():
+    line = ("gpu-node00:1234:1240 [0] NCCL INFO AllReduce: opCount 1f sendbuff 0x7f5e8c000000 recvbuff "
+            "0x7f5e8c000000 count 262144 datatype 7 op 0 root 0 comm 0x55d0c6a1e2b0 [nranks=64] stream 0x55d0c69f8e40")
+    assert not could_hide_a_secret(line)
+    assert redact_text(line) == line

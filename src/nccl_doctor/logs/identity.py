@@ -8,6 +8,8 @@ key while reading and merged per process at the end, when ranks the lines never 
 
 from __future__ import annotations
 
+from typing import Any
+
 from .attribution import LineInfo
 from .records import Event, Key, Proc
 
@@ -18,6 +20,7 @@ class Identities:
     def __init__(self) -> None:
         self.parent: dict[Key, Key] = {}
         self.procs: dict[Key, Proc] = {}
+        self.seen: dict[tuple[Any, ...], Key] = {}  # who wrote a line -> its key (identify() is idempotent)
 
     def find(self, k: Key) -> Key:
         parent = self.parent.setdefault(k, k)
@@ -40,6 +43,14 @@ class Identities:
 
     def identify(self, source: str, file_rank: int | None, info: LineInfo) -> Key:
         """The key of the line's writer (its first way of naming it), its other keys united with it."""
+        who = (source, file_rank, info.host, info.pid, info.rank, info.dev)
+        known = self.seen.get(who)
+        if known is not None:  # the same writer again: everything below is already recorded
+            return known
+        self.seen[who] = first = self._identify(source, file_rank, info)
+        return first
+
+    def _identify(self, source: str, file_rank: int | None, info: LineInfo) -> Key:
         keys: list[Key] = []
         if info.pid is not None:
             keys.append(("hp", info.host or "?", info.pid))

@@ -514,29 +514,30 @@ class SourceReader:
     def _tail_line(self, line_no: int, text: str, info: LineInfo, calls: dict[Key, deque[Callable[[], Call]]]) -> Key:
         """Match one tail line against the tail signatures; the process it belongs to."""
         source = self.source.name
-        message = info.message.strip()
         key = self.ids.identify(source, self.file_rank, info)
         proc = self.ids.proc(key)
-        order = (self.index, line_no)
+        line = partial(Event, source=source, line=line_no, key=key, host=info.host, pid=info.pid,
+                       rank=info.rank if info.rank is not None else self.file_rank, order=(self.index, line_no))
+        message = info.message.strip()
         for sig in self.tail_sigs + (self.comm_sigs if self.sampled else []):
-            if any(lit in text for lit in sig.literals):
-                caps = sig.match(message)
-                if caps is None:
-                    continue
-
-                def event(sig: Signature = sig, caps: dict[str, str] = caps) -> Event:
-                    return Event(sig=sig, source=source, line=line_no, text=kept(text), message=kept(message),
-                                 caps=caps, key=key, rank=info.rank if info.rank is not None else self.file_rank,
-                                 host=info.host, pid=info.pid, order=order)
-
-                if sig.fact == "comm_init":
-                    if not any(e.line == line_no and e.source == source
-                               for name in ("comm_init", "comm_rank") for e in proc.facts.get(name, [])):
-                        self._record_fact(event())  # not read in full before: the sample skipped it
-                    continue
-                calls.setdefault(key, deque(maxlen=COLL_TAIL)).append(
-                    lambda caps=caps, event=event: (int(caps["opcount"], 16), caps["op"], int(caps["count"]),
-                                                    caps.get("comm", ""), event()))
+            if not any(lit in text for lit in sig.literals):
+                continue
+            caps = sig.match(message)
+            if caps is None:
+                continue
+            if sig.fact == "comm_init":
+                if not any(e.line == line_no and e.source == source
+                           for name in ("comm_init", "comm_rank") for e in proc.facts.get(name, [])):
+                    # not read in full before: the sample skipped it
+                    self._record_fact(line(sig=sig, caps=caps, text=kept(text), message=kept(message)))
+                continue
+            # COLL calls, thousands per job: made into events only if kept, with only the captures
+            # rules/collectives.py reads and no message (the text again)
+            kept_caps = {k: caps[k] for k in ("dtype", "nranks") if k in caps}
+            calls.setdefault(key, deque(maxlen=COLL_TAIL)).append(
+                lambda caps=caps, sig=sig, kept_caps=kept_caps: (
+                    int(caps["opcount"], 16), caps["op"], int(caps["count"]), caps.get("comm", ""),
+                    line(sig=sig, caps=kept_caps, text=kept(text))))
         return key
 
 

@@ -25,7 +25,7 @@ MAX_COMMS = 64  # communicators whose init phases are kept per process
 Key = tuple[Any, ...]
 
 
-@dataclass
+@dataclass(slots=True)
 class Event:
     """One matched line."""
 
