@@ -220,3 +220,19 @@ def test_line_numbers_survive_wide_chunks(tmp_path):
     report = diagnose_paths([str(log)])
     lines = {e.line for f in report.findings for e in f.evidence if "shm" in e.text.lower() or "Bus" in e.text}
     assert 40_001 in lines, lines
+
+
+def test_coll_calls_kept_shrink_with_the_number_of_sources(tmp_path):
+    """Thousands of per-rank files share one budget of COLL calls: memory stays bounded at any job size."""
+    from nccl_doctor.logs.records import COLL_BUDGET, COLL_TAIL, COLL_TAIL_MIN, coll_tail
+
+    assert coll_tail(1) == coll_tail(64) == COLL_TAIL
+    assert coll_tail(4096) == max(COLL_TAIL_MIN, COLL_BUDGET // 4096) < COLL_TAIL
+    assert coll_tail(10**6) == COLL_TAIL_MIN
+    call = ("node-1:{pid}:1 [0] NCCL INFO AllReduce: opCount {op:x} sendbuff 0x1 recvbuff 0x1 count 8 datatype 7 "
+            "op 0 root 0 comm 0x5 [nranks=2] stream 0x6\n")
+    files = 3000
+    for r in range(files):
+        (tmp_path / f"rank-{r}.log").write_text("".join(call.format(pid=100 + r, op=i) for i in range(100)))
+    kept = [len(p.colls) for p in collect_paths([str(tmp_path)]).procs if p.colls]
+    assert kept and max(kept) == coll_tail(files)

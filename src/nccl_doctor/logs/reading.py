@@ -31,7 +31,7 @@ from . import flight_recorder as fr
 from .attribution import LineInfo, attribute, rank_from_path
 from .engine import Engine, default_engine
 from .identity import Identities
-from .records import COLL_TAIL, COMM_RANKS, EVENTS_PER_KEY, MAX_EVENTS, Collection, Event, Key, kept
+from .records import COLL_TAIL, COMM_RANKS, EVENTS_PER_KEY, MAX_EVENTS, Collection, Event, Key, coll_tail, kept
 from .signatures import Signature, signatures
 from .sources import (READ_ERRORS, Chunk, ReadStats, Source, input_size, iter_chunks, looks_binary, newlines,
                       open_stream, sniff)
@@ -113,10 +113,11 @@ class Collector:
         self.count = 0
         self.read = 0  # bytes read in this process
         self.read_elsewhere: Any = None  # bytes read by worker processes (a shared counter)
+        self.coll_tail = COLL_TAIL
 
     def add_source(self, source: Source) -> None:
         self.count += 1
-        self.reading.absorb(SourceReader(source, self.count, self.engine, self._tick).read())
+        self.reading.absorb(SourceReader(source, self.count, self.engine, self._tick, self.coll_tail).read())
 
     def _tick(self, n: int = 0) -> None:
         self.read += n
@@ -125,6 +126,7 @@ class Collector:
 
     def add_sources(self, sources: list[Source], workers: int | None = None) -> None:
         workers = workers or _cpus()
+        self.coll_tail = coll_tail(len(sources))
         files = [s for s in sources if s.path is not None]
         if workers < 2 or len(files) < 2 or input_size(files) < PARALLEL_BYTES:
             for source in sources:
@@ -136,13 +138,13 @@ class Collector:
         fork = sys.platform == "linux"  # workers inherit the compiled engine; elsewhere they load it again
         context = multiprocessing.get_context("fork" if fork else "spawn")
         self.read_elsewhere = done = context.Value("q", 0, lock=False)
-        jobs = [(self.count + i + 1, s) for i, s in enumerate(sources) if s.path is not None]
+        jobs = [(self.count + i + 1, s, self.coll_tail) for i, s in enumerate(sources) if s.path is not None]
         pool = context.Pool(workers, _start_worker, (self.engine if fork else self.engine.name, done))
         try:
             readings = pool.imap(_read_in_worker, jobs)
             for index, source in enumerate(sources, self.count + 1):
                 if source.path is None:  # stdin stays with this process
-                    self.reading.absorb(SourceReader(source, index, self.engine, self._tick).read())
+                    self.reading.absorb(SourceReader(source, index, self.engine, self._tick, self.coll_tail).read())
                     continue
                 while True:
                     try:
@@ -197,14 +199,14 @@ def _start_worker(engine: Engine | str, done: Any) -> None:
     _worker.update(engine=default_engine(engine) if isinstance(engine, str) else engine, done=done)
 
 
-def _read_in_worker(job: tuple[int, Source]) -> Reading:
-    index, source = job
+def _read_in_worker(job: tuple[int, Source, int]) -> Reading:
+    index, source, calls = job
     done = _worker["done"]
 
     def on_bytes(n: int) -> None:
         done.value += n
 
-    return SourceReader(source, index, _worker["engine"], on_bytes).read()
+    return SourceReader(source, index, _worker["engine"], on_bytes, calls).read()
 
 
 def _cpus() -> int:
@@ -217,8 +219,10 @@ def _cpus() -> int:
 class SourceReader:
     """Reads one source into a Reading."""
 
-    def __init__(self, source: Source, index: int, engine: Engine, on_bytes: OnBytes | None = None) -> None:
+    def __init__(self, source: Source, index: int, engine: Engine, on_bytes: OnBytes | None = None,
+                 coll_tail: int = COLL_TAIL) -> None:
         self.source = source
+        self.coll_tail = coll_tail  # COLL calls kept per process
         self.index = index
         self.engine = engine
         self.on_bytes = on_bytes  # told each chunk's size
@@ -534,7 +538,7 @@ class SourceReader:
             # COLL calls, thousands per job: made into events only if kept, with only the captures
             # rules/collectives.py reads and no message (the text again)
             kept_caps = {k: caps[k] for k in ("dtype", "nranks") if k in caps}
-            calls.setdefault(key, deque(maxlen=COLL_TAIL)).append(
+            calls.setdefault(key, deque(maxlen=self.coll_tail)).append(
                 lambda caps=caps, sig=sig, kept_caps=kept_caps: (
                     int(caps["opcount"], 16), caps["op"], int(caps["count"]), caps.get("comm", ""),
                     line(sig=sig, caps=kept_caps, text=kept(text))))

@@ -18,7 +18,14 @@ from .signatures import Signature
 MAX_TEXT = 2000  # characters of a line kept as evidence
 EVENTS_PER_KEY = 6  # events kept per (signature, process), and events per fact and process
 MAX_EVENTS = 20000
-COLL_TAIL = 64
+COLL_TAIL = 64  # NCCL_DEBUG_SUBSYS=COLL calls kept per process (its last ones) ...
+COLL_BUDGET = 16384  # ... fewer when thousands of sources share this many in all (at least COLL_TAIL_MIN each)
+COLL_TAIL_MIN = 8
+
+
+def coll_tail(sources: int) -> int:
+    """COLL calls kept per source's process when `sources` are read: memory stays bounded at any job size."""
+    return max(COLL_TAIL_MIN, min(COLL_TAIL, COLL_BUDGET // max(sources, 1)))
 COMM_RANKS = 16  # comm init lines kept per process to tell its global rank
 MAX_COMMS = 64  # communicators whose init phases are kept per process
 
