@@ -236,3 +236,31 @@ def test_coll_calls_kept_shrink_with_the_number_of_sources(tmp_path):
         (tmp_path / f"rank-{r}.log").write_text("".join(call.format(pid=100 + r, op=i) for i in range(100)))
     kept = [len(p.colls) for p in collect_paths([str(tmp_path)]).procs if p.colls]
     assert kept and max(kept) == coll_tail(files)
+
+
+PREFIX_PARTS = ["[1,3]<stderr>:", "[rank3]:", "[default5]:", "3: ", "(RayWorker pid=12, ip=10.0.0.1) ", "| ",
+                "2024-11-28T07:42:14.532Z ", "[2024-11-28 07:42:14,532] ", "[E0709 17:05:38.16 file.cpp:12] ",
+                "node-1:41588:41837 [0] ", "[4] ", "rank3.log:", "rank3.log:12:", "fa88a9df [rank=1] || ",
+                "[3] node-1:1:2 [0] ", " ", "NCCL INFO ", "[PG 0 Rank 3] ", "x"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(PREFIX_PARTS), max_size=7), st.text(max_size=30))
+def test_one_alternation_attributes_as_the_prefixes_in_turn(parts, tail):
+    """attribute() finds which prefix matches with one alternation: the same as trying each prefix in order."""
+    from types import SimpleNamespace
+    from unittest import mock
+
+    from nccl_doctor.logs import attribution
+
+    class InTurn:
+        def match(self, rest):
+            for i, prefix in enumerate(attribution._LAUNCHER_PREFIXES):
+                if prefix.match(rest):
+                    return SimpleNamespace(lastgroup=f"p{i}")
+            return None
+
+    line = "".join(parts) + tail
+    with mock.patch.object(attribution, "_ANY_PREFIX", InTurn()):
+        expected = attribute(line)
+    assert attribute(line) == expected

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from functools import cache
 from typing import Any
 
 REDACTED = "<redacted>"
@@ -90,7 +91,7 @@ def redact(name: str, value: str) -> str:
 
 # Everything redact_everything() can change holds one of these (any case): a word a secret name is made of, a
 # token shape's prefix, a URL's '://', or a run of 32 characters a random key could be (LONG_RUN). Most log lines
-# hold none. (Substring tests: one regex alternation of them is ten times slower.)
+# hold none.
 SECRET_HINTS = (
     "token", "secret", "pass", "pwd", "cred", "auth", "cookie", "session", "key", "private", "sig", "sas", "dsn",
     "webhook", "bearer", "otp", "salt", "connectionstring", "://", "hooks.slack", "akia", "asia", "agpa", "aida",
@@ -99,9 +100,19 @@ SECRET_HINTS = (
 )
 
 
+@cache
+def _hints() -> Any:
+    import ahocorasick  # one pass over the text for every hint at once
+
+    automaton = ahocorasick.Automaton()
+    for hint in SECRET_HINTS:
+        automaton.add_word(hint, hint)
+    automaton.make_automaton()
+    return automaton
+
+
 def could_hide_a_secret(text: str) -> bool:
-    low = text.lower()
-    return any(hint in low for hint in SECRET_HINTS) or LONG_RUN.search(text) is not None
+    return next(_hints().iter(text.lower()), None) is not None or LONG_RUN.search(text) is not None
 
 
 def redact_text(text: str) -> str:

@@ -28,6 +28,10 @@ _LAUNCHER_PREFIXES = [
     re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "),  # NCCL
     re.compile(r"\[(?P<dev>\d+)\] (?=(?:[\w/.]+:\d+ (?:\([^)]*\) )?)?NCCL )"),  # NCCL with host cut off
 ]
+# All of them in one alternation, tried in the same order in one call: which one matches, if any (the loop below
+# then runs that one for its fields). A line is attributed twice per NCCL line read; this halves the cost.
+_ANY_PREFIX = re.compile("|".join(f"(?P<p{i}>{re.sub(r'[(][?]P<[a-z]+>', '(?:', p.pattern)})"
+                                  for i, p in enumerate(_LAUNCHER_PREFIXES)))
 _EMBEDDED_RANK = re.compile(r"\[rank(?P<rank>\d+)\]:")
 _MESSAGE_RANK = re.compile(r"\[(?:PG (?:ID )?\d+ (?:PG GUID \d+(?:\([^)]*\))? )?(?:\([^)]*\) )?)?Rank (?P<rank>\d+)\]")
 _HOST_COLON = re.compile(r"(?P<host>[\w.-]+): Test (?:NCCL )?failure")  # nccl-tests error lines
@@ -56,14 +60,12 @@ def attribute(text: str) -> LineInfo:
     info = LineInfo(message=text)
     rest = text.lstrip(" \t")
     for _ in range(6):  # prefixes nest a few deep at most
-        for prefix in _LAUNCHER_PREFIXES:
-            m = prefix.match(rest)
-            if m:
-                _absorb(info, m.groupdict())
-                rest = rest[m.end():]
-                break
-        else:
+        which = _ANY_PREFIX.match(rest)
+        if which is None:
             break
+        m = _LAUNCHER_PREFIXES[int(which.lastgroup[1:])].match(rest)  # type: ignore[index]
+        _absorb(info, m.groupdict())  # type: ignore[union-attr]
+        rest = rest[m.end():]  # type: ignore[union-attr]
     if info.rank is None:  # torchrun's tag behind a prefix we do not know
         m = _EMBEDDED_RANK.search(text, 0, 100)
         if m:
