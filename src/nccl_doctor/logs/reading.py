@@ -24,7 +24,7 @@ import re
 import sys
 from collections import defaultdict, deque
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 from . import flight_recorder as fr
@@ -229,11 +229,8 @@ class SourceReader:
         self.reading = Reading()
         self.out = self.reading.out
         self.ids = self.reading.ids
-        sigs = signatures()
-        self.sigs = sigs
-        self.tail_sigs = [s for s in sigs if s.scope == "tail"]
-        self.comm_sigs = [s for s in sigs if s.fact == "comm_init"]
-        self.saturating = frozenset(s.index for s in sigs if s.fact in SATURATING)
+        self.sigs = signatures()
+        self.tail_sigs, self.comm_sigs, self.saturating = _signature_groups()
         self.file_rank = rank_from_path(source.path) if source.path else None
         self.elastic_current: dict[str, Any] | None = None
         self.quiet = 0  # saturating lines in a row that told nothing new
@@ -496,7 +493,7 @@ class SourceReader:
             text = _clean(raw)
             info = attribute(text)
             message = info.message.strip()
-            if not message or set(message) <= set("-=*#[]. "):
+            if not message.strip("-=*#[]. "):  # empty, or a rule of dashes and brackets
                 continue
             picked.append((first_line + offset, text, info))
             who = (info.host, info.pid, info.rank)
@@ -519,16 +516,16 @@ class SourceReader:
         """Match one tail line against the tail signatures; the process it belongs to."""
         source = self.source.name
         key = self.ids.identify(source, self.file_rank, info)
-        proc = self.ids.proc(key)
-        line = partial(Event, source=source, line=line_no, key=key, host=info.host, pid=info.pid,
-                       rank=info.rank if info.rank is not None else self.file_rank, order=(self.index, line_no))
         message = info.message.strip()
-        for sig in self.tail_sigs + (self.comm_sigs if self.sampled else []):
+        for sig in self.tail_sigs + self.comm_sigs if self.sampled else self.tail_sigs:
             if not any(lit in text for lit in sig.literals):
                 continue
             caps = sig.match(message)
             if caps is None:
                 continue
+            proc = self.ids.proc(key)
+            line = partial(Event, source=source, line=line_no, key=key, host=info.host, pid=info.pid,
+                           rank=info.rank if info.rank is not None else self.file_rank, order=(self.index, line_no))
             if sig.fact == "comm_init":
                 if not any(e.line == line_no and e.source == source
                            for name in ("comm_init", "comm_rank") for e in proc.facts.get(name, [])):
@@ -543,6 +540,14 @@ class SourceReader:
                     int(caps["opcount"], 16), caps["op"], int(caps["count"]), caps.get("comm", ""),
                     line(sig=sig, caps=kept_caps, text=kept(text))))
         return key
+
+
+@cache
+def _signature_groups() -> tuple[list[Signature], list[Signature], frozenset[int]]:
+    """The signatures only the tail looks for, those of communicator init, and the saturating ones (by index)."""
+    sigs = signatures()
+    return ([s for s in sigs if s.scope == "tail"], [s for s in sigs if s.fact == "comm_init"],
+            frozenset(s.index for s in sigs if s.fact in SATURATING))
 
 
 def _transport_name(raw: str) -> str:
