@@ -114,3 +114,23 @@ def test_logs_never_imports_torch():
     code = ("import sys, nccl_doctor.logs as l; l.diagnose_text('NCCL WARN Cuda failure \\'out of memory\\''); "
             "assert 'torch' not in sys.modules")
     assert subprocess.run([__import__("sys").executable, "-c", code]).returncode == 0
+
+
+def test_signature_table_round_trips_through_the_disk_cache(tmp_path, monkeypatch):
+    """The cached table is the table: written once, read back equal, and made again when damaged."""
+    import json
+
+    from nccl_doctor.logs import signatures as module
+
+    monkeypatch.setenv("NCCL_DOCTOR_CACHE_DIR", str(tmp_path))
+    module.signatures.cache_clear()
+    try:
+        built = module.signatures()  # built, then written
+        (entry,) = tmp_path.glob("signature-table-*.json")
+        module.signatures.cache_clear()
+        assert module.signatures() == built  # read back
+        entry.write_text(json.dumps([{"index": "nonsense"}]))
+        module.signatures.cache_clear()
+        assert module.signatures() == built  # damaged: made again
+    finally:
+        module.signatures.cache_clear()

@@ -16,15 +16,13 @@ construction: facts that saturate (logs/reading.py), which would otherwise cost 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import tempfile
 from collections.abc import Callable, Collection, Sequence
 from functools import cache
-from pathlib import Path
 from typing import Protocol
 
+from . import disk_cache
 from .signatures import Signature, common_text, scan_expression
 
 LineHits = list[tuple[int, int, list[int]]]  # (line start, line end, signature indexes), in line order
@@ -129,20 +127,21 @@ def _expressions(hyperscan, sigs: Sequence[Signature], sample: Collection[int]) 
     return expressions, ids, flags
 
 
-def _database(hyperscan, key: object, expressions: Callable[[], Expressions]):
+def _database(hyperscan, made_from: object, expressions: Callable[[], Expressions]):
     """A compiled block-mode database, from the cache when one was compiled from the same signatures."""
-    key = hashlib.sha256(repr((CACHE_FORMAT, _hs_version(hyperscan), key)).encode()).hexdigest()
-    path = cache_dir() / f"signatures-{key[:24]}.hsdb"
-    try:
-        db = hyperscan.loadb(path.read_bytes(), hyperscan.HS_MODE_BLOCK)
-        hyperscan.Scratch(db)  # a database built for another CPU fails here
-        return db
-    except Exception:  # noqa: BLE001 - absent, corrupt, or of another platform: compile it again
-        pass
+    name = f"signatures-{disk_cache.key(CACHE_FORMAT, _hs_version(hyperscan), made_from)}.hsdb"
+    blob = disk_cache.read(name)
+    if blob is not None:
+        try:
+            db = hyperscan.loadb(blob, hyperscan.HS_MODE_BLOCK)
+            hyperscan.Scratch(db)  # a database built for another CPU fails here
+            return db
+        except Exception:  # noqa: BLE001 - corrupt, or of another platform: compile it again
+            pass
     found, ids, flags = expressions()
     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
     db.compile(expressions=found, ids=ids, elements=len(found), flags=flags)
-    _store(path, hyperscan.dumpb(db))
+    disk_cache.write(name, hyperscan.dumpb(db))
     return db
 
 
@@ -153,27 +152,6 @@ def _hs_version(hyperscan) -> str:
         return version("hyperscan")
     except Exception:  # noqa: BLE001 - not installed as a distribution: the module's own word
         return str(getattr(hyperscan, "__version__", "?"))
-
-
-def cache_dir() -> Path:
-    """Where compiled databases are kept: $NCCL_DOCTOR_CACHE_DIR, else the user's cache directory."""
-    given = os.environ.get("NCCL_DOCTOR_CACHE_DIR")
-    if given:
-        return Path(given)
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("nccl-doctor", appauthor=False))
-
-
-def _store(path: Path, blob: bytes) -> None:
-    """Write atomically; a cache that cannot be written only costs the next start its compile time."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as fh:
-            fh.write(blob)
-        os.replace(fh.name, path)
-    except OSError:
-        pass
 
 
 class PortableEngine:

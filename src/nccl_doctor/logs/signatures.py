@@ -7,9 +7,14 @@ needs POSIX classes. A required literal per signature feeds the portable pre-fil
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
+import os
 import re
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 from functools import cache, cached_property
 from collections.abc import Iterator
 from typing import Any
@@ -29,6 +34,7 @@ from .templates import literal as template_literal
 from .templates import stored_meanings
 from .templates import pattern as template_pattern
 from .templates import templates
+from . import disk_cache
 
 ROLES = ("root", "generic", "echo", "timeout", "fact", "hint")
 ERROR_ROLES = ("root", "generic", "echo", "timeout")
@@ -401,8 +407,52 @@ def distinctive(literal: str, common: CommonText, pattern: str | None = None) ->
     return pattern is not None and all(re.search(pattern, line) for line in common.lines_with(lit))
 
 
+TABLE_FORMAT = 1  # bump when what a cached signature table means changes
+
+
 @cache
 def signatures() -> tuple[Signature, ...]:
+    """Every signature: the written ones, then one per source template. Deriving the templates' patterns and
+    literals takes a fifth of a second; the table is kept on disk (logs/disk_cache.py) under a key of the files
+    it is made from and of this code."""
+    try:
+        name = f"signature-table-{disk_cache.key(TABLE_FORMAT, _made_from())}.json"
+    except (OSError, TypeError):  # the package is not plain files (a zip): no cache
+        return _build()
+    blob = disk_cache.read(name)
+    if blob is not None:
+        try:
+            return tuple(_from_json(row) for row in json.loads(blob))
+        except (ValueError, TypeError, KeyError):  # a damaged entry: made again below
+            pass
+    table = _build()
+    disk_cache.write(name, json.dumps([dataclasses.asdict(s) for s in table]).encode())
+    return table
+
+
+def _made_from() -> list[tuple[str, int, int]]:
+    """Name, size and modification time of the catalog files and modules the table is derived from."""
+    catalog = resources.files("nccl_doctor.catalog")
+    paths = [catalog / "signatures.toml", catalog / "healthy.log", catalog / "causes.toml", *sorted(
+        (p for p in (catalog / "templates").iterdir()), key=lambda p: p.name)]
+    here = Path(__file__).parent
+    paths += [here / "signatures.py", here / "templates.py"]
+    made_from = []
+    for path in paths:
+        st = os.stat(str(path))
+        made_from.append((str(path), st.st_size, st.st_mtime_ns))
+    return made_from
+
+
+def _from_json(row: dict[str, Any]) -> Signature:
+    for name in ("literals", "fixed_in"):
+        if row.get(name) is not None:
+            row[name] = tuple(row[name])
+    row["also"] = tuple(tuple(pair) for pair in row.get("also", ()))
+    return Signature(**row)
+
+
+def _build() -> tuple[Signature, ...]:
     rows = load_toml("signatures.toml")["signature"]
     common = common_text()
     table: list[Signature] = []
