@@ -264,3 +264,30 @@ def test_one_alternation_attributes_as_the_prefixes_in_turn(parts, tail):
     with mock.patch.object(attribution, "_ANY_PREFIX", InTurn()):
         expected = attribute(line)
     assert attribute(line) == expected
+
+
+@pytest.mark.parametrize("case", ["synthetic/timeout-silent-rank", "synthetic/ib-socket-mixed",
+                                  "synthetic/flight-recorder-lag", "flight_recorder/gloo-torch2.13"])
+def test_worker_processes_read_as_one_process_does(case, monkeypatch):
+    """Big inputs are read by worker processes and their readings added up in order: the report is the same."""
+    import io as _io
+
+    from nccl_doctor.logs import reading
+    from nccl_doctor.render import emit
+
+    path = str(Path(__file__).parent / "fixtures" / "logs" / case)
+
+    def report_json() -> str:
+        out = _io.StringIO()
+        emit(diagnose_paths([path]), as_json=True, out=out)
+        return out.getvalue()
+
+    alone = report_json()
+    monkeypatch.setattr(reading, "PARALLEL_BYTES", 0)  # any input is big enough for workers
+    monkeypatch.setattr(reading, "_cpus", lambda: 2)
+    used = []
+    in_parallel = reading.Collector._add_in_parallel
+    monkeypatch.setattr(reading.Collector, "_add_in_parallel",
+                        lambda self, *args: (used.append(True), in_parallel(self, *args))[1])
+    assert report_json() == alone
+    assert used  # the workers did read it
