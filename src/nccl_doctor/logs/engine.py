@@ -51,11 +51,10 @@ def make_engine(sigs: Sequence[Signature], prefer: str | None = None, sample: Co
 @cache
 def default_engine(prefer: str | None = None) -> Engine:
     """The engine for the catalog's main signatures, built once per process."""
-    from .reading import SATURATING
+    from .reading import saturating_signatures
     from .signatures import signatures
 
-    sigs = [s for s in signatures() if s.scope == "all"]
-    return make_engine(sigs, prefer, sample={s.index for s in sigs if s.fact in SATURATING})
+    return make_engine([s for s in signatures() if s.scope == "all"], prefer, sample=saturating_signatures())
 
 
 def _group_by_line(data: bytes, hits: list[tuple[int, int]]) -> LineHits:
@@ -90,10 +89,11 @@ class HyperscanEngine:
 
         self._hs = hyperscan
         # what the databases hold follows from these; their expressions are worked out only to compile one
-        key = [common_text().text, *((s.index, s.pattern, s.by_literal, s.literals, caseless(s)) for s in sigs)]
-        self.full = _database(hyperscan, key, lambda: _expressions(hyperscan, sigs, ()))
-        self.sampled = (_database(hyperscan, (key, sorted(sample)), lambda: _expressions(hyperscan, sigs, sample))
-                        if sample else self.full)
+        made_from = disk_cache.key(CACHE_FORMAT, _hs_version(hyperscan), common_text().text,
+                                   [(s.index, s.pattern, s.by_literal, s.literals, caseless(s)) for s in sigs])
+        self.full = _database(hyperscan, made_from, lambda: _expressions(hyperscan, sigs, ()))
+        self.sampled = (_database(hyperscan, disk_cache.key(made_from, sorted(sample)),
+                                  lambda: _expressions(hyperscan, sigs, sample)) if sample else self.full)
         self.scratch = {id(db): hyperscan.Scratch(db) for db in (self.full, self.sampled)}
 
     def scan(self, data: bytes, sampled: bool = False) -> LineHits:
@@ -127,9 +127,9 @@ def _expressions(hyperscan, sigs: Sequence[Signature], sample: Collection[int]) 
     return expressions, ids, flags
 
 
-def _database(hyperscan, made_from: object, expressions: Callable[[], Expressions]):
+def _database(hyperscan, made_from: str, expressions: Callable[[], Expressions]):
     """A compiled block-mode database, from the cache when one was compiled from the same signatures."""
-    name = f"signatures-{disk_cache.key(CACHE_FORMAT, _hs_version(hyperscan), made_from)}.hsdb"
+    name = f"signatures-{made_from}.hsdb"
     blob = disk_cache.read(name)
     if blob is not None:
         try:

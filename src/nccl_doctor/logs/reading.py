@@ -117,7 +117,10 @@ class Collector:
 
     def add_source(self, source: Source) -> None:
         self.count += 1
-        self.reading.absorb(SourceReader(source, self.count, self.engine, self._tick, self.coll_tail).read())
+        self._read_here(source, self.count)
+
+    def _read_here(self, source: Source, index: int) -> None:
+        self.reading.absorb(SourceReader(source, index, self.engine, self._tick, self.coll_tail).read())
 
     def _tick(self, n: int = 0) -> None:
         self.read += n
@@ -144,7 +147,7 @@ class Collector:
             readings = pool.imap(_read_in_worker, jobs)
             for index, source in enumerate(sources, self.count + 1):
                 if source.path is None:  # stdin stays with this process
-                    self.reading.absorb(SourceReader(source, index, self.engine, self._tick, self.coll_tail).read())
+                    self._read_here(source, index)
                     continue
                 while True:
                     try:
@@ -286,7 +289,7 @@ class SourceReader:
             tail_bytes += len(chunk.data)
             while len(tail) > 1 and tail_bytes - len(tail[0].data) >= TAIL_BYTES:
                 tail_bytes -= len(tail.popleft().data)
-            lines = chunk.first_line + chunk.lines - 1
+            lines += chunk.lines
             if self.on_bytes:
                 self.on_bytes(len(chunk.data))
         self._read_tail(tail)
@@ -483,7 +486,7 @@ class SourceReader:
         lines = data.split(b"\n")
         if lines and lines[-1] == b"":
             lines.pop()
-        picked: list[tuple[int, str, LineInfo]] = []
+        picked: list[tuple[int, str, LineInfo, str]] = []
         seen: set[tuple[str | None, int | None, int | None]] = set()
         quiet = 0
         for offset in range(len(lines) - 1, max(-1, len(lines) - 1 - TAIL_LINES), -1):
@@ -495,7 +498,7 @@ class SourceReader:
             message = info.message.strip()
             if not message.strip("-=*#[]. "):  # empty, or a rule of dashes and brackets
                 continue
-            picked.append((first_line + offset, text, info))
+            picked.append((first_line + offset, text, info, message))
             who = (info.host, info.pid, info.rank)
             quiet = 0 if who not in seen else quiet + 1
             seen.add(who)
@@ -503,8 +506,8 @@ class SourceReader:
                 break
         calls: dict[Key, deque[Callable[[], Call]]] = {}
         last: dict[Key, tuple[int, str]] = {}
-        for line_no, text, info in reversed(picked):
-            last[self._tail_line(line_no, text, info, calls)] = (line_no, info.message.strip())
+        for line_no, text, info, message in reversed(picked):
+            last[self._tail_line(line_no, text, info, message, calls)] = (line_no, message)
         for key, made in calls.items():  # only the calls each process keeps become events (redacted)
             self.ids.proc(key).colls.extend(call() for call in made)
         for key, (line_no, message) in last.items():  # redacted once per process, not once per line
@@ -512,11 +515,11 @@ class SourceReader:
             if (self.index, line_no) > proc.last_line_order:
                 proc.last_line, proc.last_line_order = (self.source.name, line_no, kept(message)), (self.index, line_no)
 
-    def _tail_line(self, line_no: int, text: str, info: LineInfo, calls: dict[Key, deque[Callable[[], Call]]]) -> Key:
+    def _tail_line(self, line_no: int, text: str, info: LineInfo, message: str,
+                   calls: dict[Key, deque[Callable[[], Call]]]) -> Key:
         """Match one tail line against the tail signatures; the process it belongs to."""
         source = self.source.name
         key = self.ids.identify(source, self.file_rank, info)
-        message = info.message.strip()
         for sig in self.tail_sigs + self.comm_sigs if self.sampled else self.tail_sigs:
             if not any(lit in text for lit in sig.literals):
                 continue
@@ -543,11 +546,16 @@ class SourceReader:
 
 
 @cache
+def saturating_signatures() -> frozenset[int]:
+    """The signatures of facts that saturate (by index): the engine samples them once they are known."""
+    return frozenset(s.index for s in signatures() if s.fact in SATURATING)
+
+
+@cache
 def _signature_groups() -> tuple[list[Signature], list[Signature], frozenset[int]]:
     """The signatures only the tail looks for, those of communicator init, and the saturating ones (by index)."""
     sigs = signatures()
-    return ([s for s in sigs if s.scope == "tail"], [s for s in sigs if s.fact == "comm_init"],
-            frozenset(s.index for s in sigs if s.fact in SATURATING))
+    return [s for s in sigs if s.scope == "tail"], [s for s in sigs if s.fact == "comm_init"], saturating_signatures()
 
 
 def _transport_name(raw: str) -> str:
