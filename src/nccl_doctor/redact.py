@@ -89,15 +89,12 @@ def redact(name: str, value: str) -> str:
     return redact_text(value)
 
 
-# Everything redact_everything() can change holds one of these (any case): a word a secret name is made of, a
-# token shape's prefix, a URL's '://', or a run of 32 characters a random key could be (LONG_RUN). Most log lines
-# hold none.
-SECRET_HINTS = (
-    "token", "secret", "pass", "pwd", "cred", "auth", "cookie", "session", "key", "private", "sig", "sas", "dsn",
-    "webhook", "bearer", "otp", "salt", "connectionstring", "://", "hooks.slack", "akia", "asia", "agpa", "aida",
-    "aroa", "anpa", "anva", "aipa", "hf_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "sk-",
-    "xox", "xapp-", "aiza", "eyj",
-)
+# Everything redact_everything() can change holds one of these (any case): a word a secret name is made of (the
+# words above, so that a word added there is screened too), the fixed text of a token shape, a URL's '://', a
+# webhook's or a bearer token's, or a run of 32 characters a random key could be (LONG_RUN). Most log lines hold none.
+SHAPE_HINTS = ("://", "hooks.slack", "bearer", "akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa", "hf_",
+               "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "sk-", "xox", "xapp-", "aiza", "eyj")
+SECRET_HINTS = tuple(sorted({word.lower() for word in (*SECRET_WORDS, *SECRET_JOINED)} | set(SHAPE_HINTS)))
 
 
 @cache
