@@ -432,16 +432,11 @@ def signatures() -> tuple[Signature, ...]:
 
 def _made_from() -> list[tuple[str, int, int]]:
     """Name, size and modification time of the catalog files and modules the table is derived from."""
-    catalog = resources.files("nccl_doctor.catalog")
-    paths = [catalog / "signatures.toml", catalog / "healthy.log", catalog / "causes.toml", *sorted(
-        (p for p in (catalog / "templates").iterdir()), key=lambda p: p.name)]
-    here = Path(__file__).parent
-    paths += [here / "signatures.py", here / "templates.py"]
-    made_from = []
-    for path in paths:
-        st = os.stat(str(path))
-        made_from.append((str(path), st.st_size, st.st_mtime_ns))
-    return made_from
+    catalog, here = resources.files("nccl_doctor.catalog"), Path(__file__).parent
+    paths = [catalog / "signatures.toml", catalog / "healthy.log", catalog / "causes.toml",
+             *sorted((catalog / "templates").iterdir(), key=lambda p: p.name),
+             here / "signatures.py", here / "templates.py"]
+    return [(str(path), (st := os.stat(str(path))).st_size, st.st_mtime_ns) for path in paths]
 
 
 def _from_json(row: dict[str, Any]) -> Signature:
