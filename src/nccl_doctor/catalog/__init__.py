@@ -29,6 +29,7 @@ def read_text(name: str) -> str:
 class Category:
     id: str
     description: str
+    usual: str  # the cause a failure of this category most often turns out to have
     confirm: str = ""  # the one piece of information that confirms a cause of this category
 
 
@@ -57,7 +58,7 @@ class Cause:
 @cache
 def categories() -> dict[str, Category]:
     rows = load_toml("categories.toml")["category"]
-    return {r["id"]: Category(r["id"], r["description"], r.get("confirm", "")) for r in rows}
+    return {r["id"]: Category(r["id"], r["description"], r["usual"], r.get("confirm", "")) for r in rows}
 
 
 @cache
@@ -85,6 +86,9 @@ def causes() -> dict[str, Cause]:
         unknown = c.explains - table.keys()
         if unknown:
             raise ValueError(f"cause {c.id} explains unknown causes {sorted(unknown)}")
+    for k in known.values():
+        if table.get(k.usual) is None or table[k.usual].category != k.id:
+            raise ValueError(f"category {k.id}: its usual cause {k.usual!r} is not one of its causes")
     return table
 
 

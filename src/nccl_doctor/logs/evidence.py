@@ -19,6 +19,7 @@ from ..catalog import causes as causes_catalog
 from ..model import Evidence, Severity
 from ..model import ranges
 from .records import Collection, Event, Proc
+from .resemblance import words
 from .signatures import signatures
 
 MAX_EVIDENCE = 8
@@ -148,6 +149,11 @@ class LogView:
     def events_for(self, cause: str) -> list[Event]:
         """Error lines whose main reading is `cause`."""
         return [e for e in self.events if e.sig.cause == cause]
+
+    def words(self) -> set[str]:
+        """The words of the inputs' beginnings and of every context line kept (logs/resemblance.py)."""
+        return self.col.words.union(*(words(e.text.encode("utf-8", "replace"))
+                                      for events in self.col.hints.values() for e in events))
 
     def hint(self, name: str) -> list[Event]:
         return self.col.hints.get(name, [])

@@ -31,7 +31,9 @@ from . import flight_recorder as fr
 from .attribution import LineInfo, attribute, rank_from_path
 from .engine import Engine, default_engine
 from .identity import Identities
-from .records import COLL_TAIL, COMM_RANKS, EVENTS_PER_KEY, MAX_EVENTS, Collection, Event, Key, coll_tail, kept
+from .records import (COLL_TAIL, COMM_RANKS, EVENTS_PER_KEY, MAX_EVENTS, WORDS_PER_SOURCE, Collection, Event, Key,
+                      coll_tail, kept, words_sample)
+from .resemblance import words
 from .signatures import Signature, signatures
 from .sources import (READ_ERRORS, Chunk, ReadStats, Source, input_size, iter_chunks, looks_binary, newlines,
                       open_stream, sniff)
@@ -99,6 +101,7 @@ class Reading:
         out.source_lines.update(more.source_lines)
         out.lines += more.lines
         out.bytes += more.bytes
+        out.words |= more.words
         self.ids.absorb(other.ids)
 
 
@@ -114,13 +117,15 @@ class Collector:
         self.read = 0  # bytes read in this process
         self.read_elsewhere: Any = None  # bytes read by worker processes (a shared counter)
         self.coll_tail = COLL_TAIL
+        self.words_sample = WORDS_PER_SOURCE
 
     def add_source(self, source: Source) -> None:
         self.count += 1
         self._read_here(source, self.count)
 
     def _read_here(self, source: Source, index: int) -> None:
-        self.reading.absorb(SourceReader(source, index, self.engine, self._tick, self.coll_tail).read())
+        self.reading.absorb(SourceReader(source, index, self.engine, self._tick, self.coll_tail,
+                                         self.words_sample).read())
 
     def _tick(self, n: int = 0) -> None:
         self.read += n
@@ -130,6 +135,7 @@ class Collector:
     def add_sources(self, sources: list[Source], workers: int | None = None) -> None:
         workers = workers or _cpus()
         self.coll_tail = coll_tail(len(sources))
+        self.words_sample = words_sample(len(sources))
         files = [s for s in sources if s.path is not None]
         if workers < 2 or len(files) < 2 or input_size(files) < PARALLEL_BYTES:
             for source in sources:
@@ -141,7 +147,8 @@ class Collector:
         fork = sys.platform == "linux"  # workers inherit the compiled engine; elsewhere they load it again
         context = multiprocessing.get_context("fork" if fork else "spawn")
         self.read_elsewhere = done = context.Value("q", 0, lock=False)
-        jobs = [(self.count + i + 1, s, self.coll_tail) for i, s in enumerate(sources) if s.path is not None]
+        jobs = [(self.count + i + 1, s, self.coll_tail, self.words_sample) for i, s in enumerate(sources)
+                if s.path is not None]
         pool = context.Pool(workers, _start_worker, (self.engine if fork else self.engine.name, done))
         try:
             readings = pool.imap(_read_in_worker, jobs)
@@ -202,14 +209,14 @@ def _start_worker(engine: Engine | str, done: Any) -> None:
     _worker.update(engine=default_engine(engine) if isinstance(engine, str) else engine, done=done)
 
 
-def _read_in_worker(job: tuple[int, Source, int]) -> Reading:
-    index, source, calls = job
+def _read_in_worker(job: tuple[int, Source, int, int]) -> Reading:
+    index, source, calls, words_sample = job
     done = _worker["done"]
 
     def on_bytes(n: int) -> None:
         done.value += n
 
-    return SourceReader(source, index, _worker["engine"], on_bytes, calls).read()
+    return SourceReader(source, index, _worker["engine"], on_bytes, calls, words_sample).read()
 
 
 def _cpus() -> int:
@@ -223,9 +230,10 @@ class SourceReader:
     """Reads one source into a Reading."""
 
     def __init__(self, source: Source, index: int, engine: Engine, on_bytes: OnBytes | None = None,
-                 coll_tail: int = COLL_TAIL) -> None:
+                 coll_tail: int = COLL_TAIL, words_sample: int = WORDS_PER_SOURCE) -> None:
         self.source = source
         self.coll_tail = coll_tail  # COLL calls kept per process
+        self.words_left = words_sample  # bytes of the beginning whose words are still to be kept
         self.index = index
         self.engine = engine
         self.on_bytes = on_bytes  # told each chunk's size
@@ -283,6 +291,10 @@ class SourceReader:
         lines = 0
         for chunk in iter_chunks(stream, stats, numbered=False):  # numbered here, by the scan's own count
             out.bytes += len(chunk.data)
+            if self.words_left > 0:
+                sample = chunk.data[:self.words_left]
+                out.words |= words(sample)
+                self.words_left -= len(sample)
             chunk.first_line = lines + 1
             chunk.lines = self._scan(chunk)
             tail.append(chunk)

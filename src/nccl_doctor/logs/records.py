@@ -26,6 +26,15 @@ COLL_TAIL_MIN = 8
 def coll_tail(sources: int) -> int:
     """COLL calls kept per source's process when `sources` are read: memory stays bounded at any job size."""
     return max(COLL_TAIL_MIN, min(COLL_TAIL, COLL_BUDGET // max(sources, 1)))
+WORDS_BUDGET = 4 << 20  # bytes of the inputs' beginnings whose words are kept (logs/resemblance.py) ...
+WORDS_PER_SOURCE = 64 << 10  # ... at most this much of each source
+
+
+def words_sample(sources: int) -> int:
+    """Bytes at the beginning of each source whose words are kept: the cost stays bounded at any job size."""
+    return max(4 << 10, min(WORDS_PER_SOURCE, WORDS_BUDGET // max(sources, 1)))
+
+
 COMM_RANKS = 16  # comm init lines kept per process to tell its global rank
 MAX_COMMS = 64  # communicators whose init phases are kept per process
 
@@ -192,6 +201,7 @@ class Collection:
     bytes: int = 0
     dropped_events: int = 0
     engine: str = ""
+    words: set[str] = field(default_factory=set)  # words of the sources' beginnings (logs/resemblance.py)
 
     def proc_of(self, event: Event) -> Proc | None:
         return self._by_key.get(event.key) if hasattr(self, "_by_key") else None

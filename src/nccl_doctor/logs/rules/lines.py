@@ -1,5 +1,5 @@
 """Clues from matched lines: each error signature seen, which error came first, known NCCL defects by
-version, and errors that no signature explains (the fallback).
+version, errors that no signature explains (the fallback), and logs that only resemble labelled failures.
 
 Known defects: some messages are what a range of NCCL releases prints by mistake (a signature's `fixed_in`).
 With an older NCCL in the logs the defect is strong evidence; with no version visible it is the weak
@@ -19,6 +19,7 @@ from ...model import Severity
 from ..records import Event
 from ..evidence import Clue, LogView, clip, hosts_in, ranks_of, who
 from ...catalog.env_vars import version_tuple
+from .. import resemblance
 from ..signatures import Fallback, fallback, signatures
 from . import rule
 
@@ -140,6 +141,25 @@ def best_guess(fb: Fallback, warns: list[Event], chain: list[Event], dist: list[
     if dist and not warns and all("ncclCommWatchdog" in e.text for e in dist):
         return fb.watchdog, "the NCCL watchdog aborted the process"
     return fb.generic, "nothing more specific in the log"
+
+
+@rule("resembles-labelled-cases")
+def rule_resemblance(view: LogView) -> Iterator[Clue]:
+    """No error line recognised, yet the words say the job failed: the category whose labelled real failures
+    the words resemble most, a weak guess that names the words that decided it."""
+    if view.failed:
+        return
+    seen = view.words()
+    failed = seen & resemblance.FAILURE_WORDS or any(view.hint(h) for h in resemblance.FAILURE_HINTS)
+    likeness = resemblance.table().closest(seen) if failed else None
+    if likeness is None:
+        return
+    decided = f" ({', '.join(likeness.deciding)})" if likeness.deciding else ""
+    yield Clue("resembles-labelled-cases", f"no known error line; the log's words{decided} are most like those of "
+               f"the {likeness.cases} labelled real failures of category {likeness.category}",
+               cause=resemblance.usual_cause(likeness.category),
+               fix=("Rerun with `NCCL_DEBUG=INFO` (and `TORCH_DISTRIBUTED_DEBUG=DETAIL`) and give `nccl-doctor logs` "
+                    "every rank's full output: this reading rests on words, not on a known error line.",))
 
 
 @rule("efa-context", "graph-file-set")
