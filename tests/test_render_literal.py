@@ -214,3 +214,10 @@ def test_rich_markup_escapes_a_trailing_backslash():
     console = Console(record=True, width=200)
     console.print(f"[dim]{literal.markup('path' + chr(92))}[/dim] [b]{literal.markup('[/b]')}[/b]")
     assert console.export_text().strip() == "path\\ [/b]"
+
+
+def test_a_value_is_shown_once_so_that_an_escape_never_reads_as_a_secret(tmp_path):
+    # shown() twice turned "\x07\x1f" into the text "\\x07\\x1f", which then read as a URL's user name: redacted
+    log = tmp_path / "train.log"
+    log.write_text(ERROR_LINE.format("\x1b]8;;http://evil\x07\x1f@") + "\n", encoding="utf-8")
+    assert_literal_everywhere([str(log)], ["\x1b]8;;http://evil\x07\x1f@"])

@@ -53,7 +53,7 @@ def _print_unrecognised(console, report: Report) -> None:
     if seen:
         console.print("Lines that look like errors:")
         for e in seen[:MAX_SEEN]:
-            text = literal.markup(literal.clipped(e["text"], MAX_TEXT))
+            text = literal.markup(e["text"], MAX_TEXT)
             console.print(f"  [dim]{literal.markup(e['source'])}:{e['line']}:[/dim] {text}")
     last = [r for r in report.facts.get("ranks", []) if r.get("last_line")]
     if last:
@@ -61,4 +61,4 @@ def _print_unrecognised(console, report: Report) -> None:
         for r in last[:MAX_SEEN]:
             ln = r["last_line"]
             console.print(f"  [dim]{literal.markup(r['label'])} ({literal.markup(ln['source'])}:{ln['line']}):[/dim] "
-                          f"{literal.markup(literal.clipped(ln['text'], MAX_TEXT))}")
+                          f"{literal.markup(ln['text'], MAX_TEXT)}")

@@ -41,6 +41,13 @@ def shown(text: Any) -> str:
     return visible(redact_text("" if text is None else str(text)))
 
 
+def cut(value: Any, limit: int) -> str:
+    """Redacted and cut to `limit` characters, still raw: a value that a renderer shows() later (once: shown
+    twice, an escaped control character could read as the shape of a secret)."""
+    text = redact_text("" if value is None else str(value))
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def clipped(value: Any, limit: int) -> str:
     """shown() on one line, cut to `limit` characters: cut after redacting, so no secret is cut out of shape."""
     line = " ".join(shown(value).split())
@@ -54,9 +61,10 @@ def text(value: Any, style: str = "") -> Text:
     return Text(shown(value), style=style)
 
 
-def markup(value: Any) -> str:
-    """The string for an f-string of rich markup: `f"[dim]{markup(path)}[/dim]"`."""
-    return _rich_escape(shown(value))
+def markup(value: Any, limit: int | None = None) -> str:
+    """The string for an f-string of rich markup: `f"[dim]{markup(path)}[/dim]"`; with a limit, clipped() on it
+    (shown() once: shown twice, an escaped control character could read as the shape of a secret)."""
+    return _rich_escape(shown(value) if limit is None else clipped(value, limit))
 
 
 # ------------------------------------------------------------------ Markdown

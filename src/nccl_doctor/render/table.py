@@ -33,7 +33,7 @@ def _cells(row: dict[str, Any]) -> tuple[str, ...]:
     error = row.get("first_error")
     error_text = ""
     if error:
-        error_text = f"{literal.clipped(error.get('message') or error['text'], MAX_CELL)} ({_where(error)})"
+        error_text = f"{literal.cut(error.get('message') or error['text'], MAX_CELL)} ({_where(error)})"
     return (rank, row.get("host") or "", row.get("state") or "", collective, error_text)
 
 
