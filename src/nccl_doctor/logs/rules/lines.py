@@ -23,6 +23,7 @@ from .. import resemblance
 from ..signatures import Fallback, fallback, signatures
 from . import rule
 
+MAX_TOLD = 4  # lines shown for a guess from resemblance
 RESULT_NAMES = {1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",
                 4: "ncclInvalidArgument", 5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress",
                 8: "ncclTimeout"}
@@ -108,11 +109,7 @@ def dotted(version: tuple[int, ...]) -> str:
 @rule("unrecognised-error")
 def rule_fallback(view: LogView) -> Iterator[Clue]:
     """An NCCL WARN, error chain or distributed exception that no signature explains: a weak best guess."""
-    warns = [e for e in view.hint("nccl_warn") if e.caps.get("file") or e.caps.get("nccl")]  # not any "WARN"
-    recognised = any(e.sig.role in ("root", "generic", "timeout") for e in view.events)
-    # Error chains and exceptions are the consequence of some error: unexplained only when none was recognised.
-    dist = [] if recognised else view.hint("dist_error")
-    chain = [] if recognised else [e for e in view.hint("nccl_backtrace") if e.caps.get("rc", "0") != "0"]
+    warns, chain, dist = fallback_inputs(view)
     if not (warns or dist or chain):
         return
     cause, why = best_guess(fallback(), warns, chain, dist)
@@ -125,6 +122,23 @@ def rule_fallback(view: LogView) -> Iterator[Clue]:
                ranks=ranks_of(events), severity=Severity.ERROR if failed else Severity.WARNING,
                fix=("Search the NCCL and PyTorch issue trackers for the exact line shown; rerun with "
                     "`NCCL_DEBUG=INFO` and give `nccl-doctor logs` every rank's output for a firmer diagnosis.",))
+
+
+def fallback_inputs(view: LogView) -> tuple[list[Event], list[Event], list[Event]]:
+    """NCCL WARNs, failing error chains and distributed exceptions that no signature explains."""
+    warns = [e for e in view.hint("nccl_warn") if e.caps.get("file") or e.caps.get("nccl")]  # not any "WARN"
+    # Error chains and exceptions are the consequence of some error: unexplained only when none was recognised.
+    dist = [] if view.failed else view.hint("dist_error")
+    chain = [] if view.failed else [e for e in view.hint("nccl_backtrace") if e.caps.get("rc", "0") != "0"]
+    return (warns, chain, dist) if warns or dist or chain else ([], [], [])
+
+
+def failure_lines(view: LogView) -> list[Event]:
+    """The lines by which a log with no recognised error line still tells of a failure (resemblance.FAILURE_HINTS,
+    and error-looking lines no signature claims that hold a word of failure)."""
+    told = [e for h in resemblance.FAILURE_HINTS for e in view.hint(h)]
+    return told + [e for e in view.hint("error_line")
+                   if resemblance.words(e.text.encode("utf-8", "replace")) & resemblance.FAILURE_WORDS]
 
 
 def best_guess(fb: Fallback, warns: list[Event], chain: list[Event], dist: list[Event]) -> tuple[str, str]:
@@ -147,16 +161,14 @@ def best_guess(fb: Fallback, warns: list[Event], chain: list[Event], dist: list[
 def rule_resemblance(view: LogView) -> Iterator[Clue]:
     """No error line recognised, yet the words say the job failed: the category whose labelled real failures
     the words resemble most, a weak guess that names the words that decided it."""
-    if view.failed:
-        return
-    seen = view.words()
-    failed = seen & resemblance.FAILURE_WORDS or any(view.hint(h) for h in resemblance.FAILURE_HINTS)
-    likeness = resemblance.table().closest(seen) if failed else None
+    told = [] if view.failed or any(fallback_inputs(view)) else failure_lines(view)
+    likeness = resemblance.table().closest(view.words()) if told else None
     if likeness is None:
         return
     decided = f" ({', '.join(likeness.deciding)})" if likeness.deciding else ""
     yield Clue("resembles-labelled-cases", f"no known error line; the log's words{decided} are most like those of "
                f"the {likeness.cases} labelled real failures of category {likeness.category}",
+               events=tuple(sorted(told, key=lambda e: e.order)[:MAX_TOLD]), ranks=ranks_of(told),
                cause=resemblance.usual_cause(likeness.category),
                fix=("Rerun with `NCCL_DEBUG=INFO` (and `TORCH_DISTRIBUTED_DEBUG=DETAIL`) and give `nccl-doctor logs` "
                     "every rank's full output: this reading rests on words, not on a known error line.",))
