@@ -97,6 +97,18 @@ def rule_invalid_usage(view: LogView) -> Iterator[Clue]:
                    events=tuple((barrier + guess)[:2] + usage), ranks=ranks_of(usage))
 
 
+@rule("device-guessed")
+def rule_device_guessed(view: LogView) -> Iterator[Clue]:
+    """PyTorch guessed the GPUs by rank number, and nothing failed more specifically: the guess may be wrong."""
+    guess = view.hint("device_guess")
+    if guess and not view.events_of("invalid-usage"):  # with ncclInvalidUsage: rule_invalid_usage
+        yield Clue("device-guessed", "the process group did not know each rank's GPU and guessed it from the rank "
+                   "number: a wrong guess puts two ranks on one GPU or hangs the first collective",
+                   events=tuple(guess[:3]), ranks=ranks_of(guess),
+                   fix=("Call `torch.cuda.set_device(local_rank)` before `init_process_group`, or pass "
+                        "`device_id=torch.device('cuda', local_rank)` to it.",))
+
+
 FORCED = ("NCCL_PROTO", "NCCL_ALGO")
 
 

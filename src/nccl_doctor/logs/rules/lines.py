@@ -142,12 +142,18 @@ def failure_lines(view: LogView) -> list[Event]:
 
 
 def best_guess(fb: Fallback, warns: list[Event], chain: list[Event], dist: list[Event]) -> tuple[str, str]:
-    """The cause for the source file that warned, else for the propagated ncclResult, else the generic one."""
+    """The cause for the source file that warned or where the error chain began, else for the propagated
+    ncclResult, else the generic one."""
     for w in warns:
         path = w.caps.get("file") or ""
         cause = fb.cause_for_source(path) if path else None
         if cause:
             return cause, f"an NCCL WARN from {path}"
+    for link in sorted(chain, key=lambda e: e.order):  # the first link printed is where the failure began
+        path = link.caps.get("file") or ""
+        cause = fb.cause_for_source(path) if path else None
+        if cause:
+            return cause, f"an NCCL error chain from {path}"
     codes = Counter(int(e.caps["rc"]) for e in chain if e.caps.get("rc", "").isdigit())
     for code, _ in codes.most_common():
         if code in fb.by_result:
