@@ -62,7 +62,7 @@ def left_out(cases: list[Case]) -> None:
         for case in (c for c in cases if c.group == group):
             likeness = table.closest(case.words)
             alone += bool(likeness) and likeness.category == case.category
-            resemblance.table = lambda: resemblance.Table({}, {})  # noqa: E731 - the rule finds nothing
+            resemblance.table = lambda: resemblance.Table({}, {}, {})  # noqa: E731 - the rule finds nothing
             plain = ranked(case)
             resemblance.table = lambda table=table: table  # noqa: E731 - the left-out group's table
             guessed = ranked(case)
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         table = train(cases)
         TABLE.write_text(table.to_json())
-        print(f"wrote {TABLE.relative_to(ROOT)}: {len(table.holding)} words, "
+        print(f"wrote {TABLE.relative_to(ROOT)}: {len(table.idf)} words, "
               f"{dict(Counter(c.category for c in cases))}")
         return 0
     left_out(cases)

@@ -1,8 +1,8 @@
 """The real-case corpus as a ratchet: every case `nccl-doctor logs` gets right stays right.
 
 tests/fixtures/logs holds every labelled real case the project has: the early fixtures (shared, public,
-heldout, heldout2), the 54 cases released from the held-out set on 2026-11-24 (released/) and 170 cases mined
-from public issue threads in seven batches, each scored blind before the rules learned from it (corpus/,
+heldout, heldout2), the 54 cases released from the held-out set on 2026-11-24 (released/) and 191 cases mined
+from public issue threads in ten batches, each scored blind before the rules learned from it (corpus/,
 bench/logs_blind.md). expected.json records, per case, whether the primary finding's category (top1) and the
 first three categories (top3) were right when it was last recorded with `python bench/logs_accuracy.py
 --record`. A case recorded right must stay right; a case recorded wrong is not asserted (its log holds no

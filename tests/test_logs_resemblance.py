@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nccl_doctor.catalog import categories, cause
-from nccl_doctor.logs import diagnose_paths, resemblance
+from nccl_doctor.logs import diagnose_paths, diagnose_text, resemblance
 from nccl_doctor.logs.evidence import LogView
 from nccl_doctor.logs.reading import Collector
 from nccl_doctor.logs.rules.lines import rule_resemblance
@@ -39,19 +39,25 @@ def test_the_stored_table_is_what_the_labelled_cases_give():
         "run `python bench/logs_resemblance.py --write`"
 
 
-def test_naive_bayes_picks_the_category_whose_cases_hold_the_words():
+def test_the_nearest_centroid_is_the_category_whose_cases_hold_the_words():
     cases = [("shm_too_small", {"bus", "shm", "docker"})] * 3 + [("p2p_peer_access", {"hang", "p2p", "docker"})] * 3
     table = resemblance.Table.train(cases)
-    likeness = table.closest({"hang", "p2p", "unknownword"})
-    assert likeness.category == "p2p_peer_access"
-    assert likeness.probability > 0.5
-    assert set(likeness.deciding) == {"hang", "p2p"}  # "docker" is in both: it decides nothing
+    ranked = table.ranked({"hang", "p2p", "unknownword"})
+    assert [r.category for r in ranked] == ["p2p_peer_access"]  # no word of the shm cases: not alike at all
+    assert 0.9 < ranked[0].similarity < 1.001  # rounded weights
+    assert set(ranked[0].deciding) == {"hang", "p2p"}
     assert table.closest({"unknownword"}) is None
+
+
+def test_a_word_every_case_holds_decides_nothing():
+    cases = [("shm_too_small", {"docker", "shm"})] * 3 + [("p2p_peer_access", {"docker", "p2p"})] * 3
+    assert resemblance.Table.train(cases).closest({"docker"}) is None  # its weight (idf) is log(1) = 0
 
 
 def test_a_word_of_fewer_cases_than_the_minimum_is_not_learned():
     cases = [("shm_too_small", {"common", "rare"})] + [("shm_too_small", {"common"})] * (resemblance.MIN_CASES - 1)
-    assert set(resemblance.Table.train(cases).holding) == {"common"}
+    cases += [("p2p_peer_access", {"other"})] * resemblance.MIN_CASES
+    assert set(resemblance.Table.train(cases).idf) == {"common", "other"}
 
 
 def test_every_category_has_a_usual_cause_of_its_own():
@@ -59,24 +65,35 @@ def test_every_category_has_a_usual_cause_of_its_own():
         assert cause(category.usual).category == category.id
 
 
-def test_a_log_that_only_resembles_failures_gets_a_weak_named_guess():
+def test_a_log_that_only_resembles_failures_gets_a_weak_named_guess_and_a_differential():
     view = view_of("all_reduce hangs forever after init, GPU at 100%\n"
                    "host:1:1 [0] NCCL INFO Channel 00 : 0[1000] -> 1[2000] via P2P/IPC\n")
-    (clue,) = rule_resemblance(view)
-    likeness = resemblance.table().closest(view.words())
-    assert clue.cause == resemblance.usual_cause(likeness.category)
-    assert all(w in view.words() for w in likeness.deciding)
-    assert likeness.category in clue.message
+    guess, *others = rule_resemblance(view)
+    ranked = resemblance.table().ranked(view.words())[:resemblance.DIFFERENTIAL]
+    assert guess.observation == "resembles-labelled-cases" and ranked[0].category in guess.message
+    assert guess.cause == resemblance.usual_cause(ranked[0].category)
+    assert [c.cause for c in others] == [resemblance.usual_cause(r.category) for r in ranked[1:]]
+    assert {c.observation for c in others} == {"resembles-other-cases"}
+    assert all(w in view.words() for r in ranked for w in r.deciding)
 
 
 def test_no_guess_without_a_sign_of_failure():
     assert list(rule_resemblance(view_of("epoch 3 step 1200 loss 1.83 lr 3e-4 throughput 812 samples/s\n"))) == []
 
 
-def test_no_guess_when_an_error_line_is_recognised():
-    view = view_of("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled system error, NCCL version 2.14.3\n"
-                   "the job hangs\n")
-    assert list(rule_resemblance(view)) == []
+def test_with_an_error_line_recognised_only_a_differential():
+    view = view_of("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled system error, NCCL version 2.14.3\n")
+    assert {c.observation for c in rule_resemblance(view)} == {"resembles-other-cases"}
+
+
+def test_the_differential_shows_beside_an_unsure_primary_only():
+    unsure = diagnose_text("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled system error, "
+                           "NCCL version 2.14.3\n")
+    assert unsure[0].confidence < 0.5 and len({f.category for f in unsure}) >= 3
+    sure = diagnose_text("node:1:1 [0] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left "
+                         "on device\n")
+    assert sure[0].confidence >= 0.5
+    assert not any("also resemble" in f.message for f in sure)
 
 
 def test_a_healthy_nccl_info_log_gets_no_finding():

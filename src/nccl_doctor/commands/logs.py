@@ -55,6 +55,11 @@ def _print_unrecognised(console, report: Report) -> None:
         for e in seen[:MAX_SEEN]:
             text = literal.markup(e["text"], MAX_TEXT)
             console.print(f"  [dim]{literal.markup(e['source'])}:{e['line']}:[/dim] {text}")
+    like = report.facts.get("resembles") or []
+    if like:
+        console.print("If the job did fail or hang, its words are most like the labelled failures of: "
+                      + ", ".join(f"{literal.markup(r['category'])} ({literal.markup(', '.join(r['words']))})"
+                                  for r in like))
     last = [r for r in report.facts.get("ranks", []) if r.get("last_line")]
     if last:
         console.print("Last line of each rank/process:")

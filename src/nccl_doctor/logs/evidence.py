@@ -19,7 +19,7 @@ from ..catalog import causes as causes_catalog
 from ..model import Evidence, Severity
 from ..model import ranges
 from .records import Collection, Event, Proc
-from .resemblance import words
+from .resemblance import FAILURE_HINTS, FAILURE_WORDS, words
 from .signatures import signatures
 
 MAX_EVIDENCE = 8
@@ -67,6 +67,7 @@ class Observation:
     line: bool = False  # a signature: one kind of line, rather than a rule's reading of several facts
     family: str = ""  # observations of one family are one witness (generic codes, echoes); default: the id
     wildcard: bool = False  # the rule may name any cause (it adds weight to what other evidence names)
+    differential: bool = False  # only an alternative for an unsure primary
 
     @property
     def witness(self) -> str:
@@ -99,7 +100,8 @@ def observations() -> dict[str, Observation]:
         for cid in causes:
             lookup_cause(cid)
         table[row["id"]] = Observation(row["id"], " ".join(row["doc"].split()), causes, pick,
-                                       Severity(row.get("severity", "error")), wildcard=row["causes"] == "*")
+                                       Severity(row.get("severity", "error")), wildcard=row["causes"] == "*",
+                                       differential=bool(row.get("differential", False)))
     return table
 
 
@@ -154,6 +156,14 @@ class LogView:
         """The words of the inputs' beginnings and of every context line kept (logs/resemblance.py)."""
         return self.col.words.union(*(words(e.text.encode("utf-8", "replace"))
                                       for events in self.col.hints.values() for e in events))
+
+    def failure_lines(self) -> list[Event]:
+        """The lines by which a log with no recognised error line still tells of a failure: a reported hang, a
+        peer-to-peer test, an NCCL stack, or an error-looking line no signature claims that holds a word of
+        failure (resemblance.FAILURE_HINTS and FAILURE_WORDS; a benign NCCL notice is claimed)."""
+        told = [e for h in FAILURE_HINTS for e in self.hint(h)]
+        return told + [e for e in self.hint("error_line")
+                       if words(e.text.encode("utf-8", "replace")) & FAILURE_WORDS]
 
     def hint(self, name: str) -> list[Event]:
         return self.col.hints.get(name, [])

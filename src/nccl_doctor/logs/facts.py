@@ -6,11 +6,20 @@ from collections import defaultdict
 from typing import Any
 
 from ..model import Finding
+from . import resemblance
+from .evidence import LogView
 from .records import Collection, Event, Proc
 
 MAX_ROWS = 512
 MAX_UNRECOGNISED = 20
 UNSURE = 0.5  # below this confidence the report also lists the lines no signature explained
+
+
+def _resembles(col: Collection) -> list[dict[str, Any]]:
+    """With nothing recognised: the categories whose labelled failures the words are most like, should the job
+    have failed after all (the log itself tells no failure, so they are no finding)."""
+    ranked = resemblance.table().ranked(LogView(col).words())[:resemblance.DIFFERENTIAL]
+    return [{"category": r.category, "similarity": round(r.similarity, 2), "words": list(r.deciding)} for r in ranked]
 
 
 def build_facts(col: Collection, findings: list[Finding]) -> dict[str, Any]:
@@ -31,6 +40,7 @@ def build_facts(col: Collection, findings: list[Finding]) -> dict[str, Any]:
         facts["unrecognized"] = [_ev(e) for e in col.hints.get("error_line", [])[:MAX_UNRECOGNISED]]
     if not findings:
         facts["unrecognized"] += [_ev(e) for e in col.events[:MAX_UNRECOGNISED]]
+        facts["resembles"] = _resembles(col)
     return facts
 
 

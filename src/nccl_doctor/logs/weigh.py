@@ -6,7 +6,8 @@ primary cause is the most likely specific one - a symptom such as 'a peer died' 
 first only when nothing specific is at least FLOOR likely. Symptoms and the causes the primary explains
 (catalog `explains`) fold under it; the other causes stay as ranked alternatives. Confidence is shared out
 among the primary and its alternatives, so two equally good readings both come out unsure, and an unsure
-primary says what would decide.
+primary says what would decide. Differential alternatives (other categories the log's words resemble) are
+shown only beside an unsure primary.
 """
 
 from __future__ import annotations
@@ -35,8 +36,11 @@ class Weighed:
 
     @property
     def score(self) -> float:
+        """Noisy-OR over the witnesses; differential clues count only for a cause nothing else argues for (they
+        add alternatives, never weight to evidence)."""
         best: dict[object, float] = {}  # witness -> its strongest clue
-        for clue, strength in self.clues:
+        evidenced = [(c, s) for c, s in self.clues if not observation(c.observation).differential]
+        for clue, strength in evidenced or self.clues:
             best[witness(clue)] = max(best.get(witness(clue), 0.0), strength)
         miss = 1.0
         for strength in best.values():
@@ -46,6 +50,11 @@ class Weighed:
     @property
     def symptom(self) -> bool:
         return lookup_cause(self.cause).symptom
+
+    @property
+    def differential(self) -> bool:
+        """Argued for only by clues that offer alternatives to an unsure primary."""
+        return all(observation(c.observation).differential for c, _ in self.clues)
 
     def ordered(self) -> list[Clue]:
         """Clues strongest first; a rule's reading of several lines before a bare line about as strong."""
@@ -118,21 +127,25 @@ def findings(clues: list[Clue]) -> list[Finding]:
     if not weighed:
         return []
     primary, alternatives, folded = decide(weighed)
-    contenders = [primary] + alternatives
-    total = sum(w.score ** 2 for w in contenders)
-    top = max(w.score for w in contenders)
-
-    def confidence(w: Weighed) -> float:
-        return top * w.score ** 2 / total if total else 0.0
-
-    head = finding(primary, confidence(primary), [finding(w, w.score, [], limit=3) for w in folded])
+    firm = [w for w in alternatives if not w.differential]
+    if shares([primary] + firm)[0] >= UNSURE:
+        alternatives = firm  # a sure primary needs no differential
+    confidence = shares([primary] + alternatives)
+    head = finding(primary, confidence[0], [finding(w, w.score, [], limit=3) for w in folded])
     if head.confidence < UNSURE:
         head.fix[:0] = [what_would_decide(primary, alternatives)]
-    rest = [finding(w, confidence(w), []) for w in alternatives]
+    rest = [finding(w, c, []) for w, c in zip(alternatives, confidence[1:])]
     for f, w in zip(rest, alternatives):
         if w.lines() & primary.lines():  # another reading of the primary's lines, not a problem of its own
             f.alternative_to = primary.cause
     return [head] + rest
+
+
+def shares(contenders: list[Weighed]) -> list[float]:
+    """Confidence shared out among contenders: the best score, split in proportion to the squared scores."""
+    total = sum(w.score ** 2 for w in contenders)
+    top = max(w.score for w in contenders)
+    return [top * w.score ** 2 / total if total else 0.0 for w in contenders]
 
 
 def finding(w: Weighed, confidence: float, secondary: list[Finding], limit: int = MAX_EVIDENCE) -> Finding:

@@ -17,6 +17,10 @@ def render_markdown(report: Report) -> str:
     findings = report.ordered()
     if not findings:
         lines += ["No known failure signature was recognised.", ""]
+        like = report.facts.get("resembles") or []
+        if like:
+            lines += ["If the job did fail or hang, its words are most like the labelled failures of: "
+                      + ", ".join(f"`{r['category']}`" for r in like) + ".", ""]
     for i, finding in enumerate(findings, 1):
         lines += _finding(finding, f"{i}.", level=4)
     rows = rank_rows(report.facts)

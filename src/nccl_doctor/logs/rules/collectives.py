@@ -99,9 +99,10 @@ def rule_invalid_usage(view: LogView) -> Iterator[Clue]:
 
 @rule("device-guessed")
 def rule_device_guessed(view: LogView) -> Iterator[Clue]:
-    """PyTorch guessed the GPUs by rank number, and nothing failed more specifically: the guess may be wrong."""
+    """The job failed after PyTorch guessed the GPUs by rank number: the guess may be wrong."""
     guess = view.hint("device_guess")
-    if guess and not view.events_of("invalid-usage"):  # with ncclInvalidUsage: rule_invalid_usage
+    failed = view.failed or view.failure_lines()  # healthy jobs print the guess too
+    if guess and failed and not view.events_of("invalid-usage"):  # with ncclInvalidUsage: rule_invalid_usage
         yield Clue("device-guessed", "the process group did not know each rank's GPU and guessed it from the rank "
                    "number: a wrong guess puts two ranks on one GPU or hangs the first collective",
                    events=tuple(guess[:3]), ranks=ranks_of(guess),

@@ -133,14 +133,6 @@ def fallback_inputs(view: LogView) -> tuple[list[Event], list[Event], list[Event
     return (warns, chain, dist) if warns or dist or chain else ([], [], [])
 
 
-def failure_lines(view: LogView) -> list[Event]:
-    """The lines by which a log with no recognised error line still tells of a failure (resemblance.FAILURE_HINTS,
-    and error-looking lines no signature claims that hold a word of failure)."""
-    told = [e for h in resemblance.FAILURE_HINTS for e in view.hint(h)]
-    return told + [e for e in view.hint("error_line")
-                   if resemblance.words(e.text.encode("utf-8", "replace")) & resemblance.FAILURE_WORDS]
-
-
 def best_guess(fb: Fallback, warns: list[Event], chain: list[Event], dist: list[Event]) -> tuple[str, str]:
     """The cause for the source file that warned or where the error chain began, else for the propagated
     ncclResult, else the generic one."""
@@ -163,21 +155,31 @@ def best_guess(fb: Fallback, warns: list[Event], chain: list[Event], dist: list[
     return fb.generic, "nothing more specific in the log"
 
 
-@rule("resembles-labelled-cases")
+@rule("resembles-labelled-cases", "resembles-other-cases")
 def rule_resemblance(view: LogView) -> Iterator[Clue]:
-    """No error line recognised, yet the words say the job failed: the category whose labelled real failures
-    the words resemble most, a weak guess that names the words that decided it."""
-    told = [] if view.failed or any(fallback_inputs(view)) else failure_lines(view)
-    likeness = resemblance.table().closest(view.words()) if told else None
-    if likeness is None:
-        return
-    decided = f" ({', '.join(likeness.deciding)})" if likeness.deciding else ""
-    yield Clue("resembles-labelled-cases", f"no known error line; the log's words{decided} are most like those of "
-               f"the {likeness.cases} labelled real failures of category {likeness.category}",
-               events=tuple(sorted(told, key=lambda e: e.order)[:MAX_TOLD]), ranks=ranks_of(told),
-               cause=resemblance.usual_cause(likeness.category),
-               fix=("Rerun with `NCCL_DEBUG=INFO` (and `TORCH_DISTRIBUTED_DEBUG=DETAIL`) and give `nccl-doctor logs` "
-                    "every rank's full output: this reading rests on words, not on a known error line.",))
+    """The categories whose labelled real failures a failed log's words resemble most. With no error line
+    recognised, the closest one is a weak guess; the next ones (all of them, when an error line was recognised)
+    are alternatives for the differential of an unsure primary."""
+    failed = view.failed or any(fallback_inputs(view))
+    told = [] if failed else view.failure_lines()
+    if not (failed or told):
+        return  # a healthy log, or an application's own exception
+    ranked = resemblance.table().ranked(view.words())[:resemblance.DIFFERENTIAL]
+    for i, likeness in enumerate(ranked):
+        words = f" ({', '.join(likeness.deciding)})" if likeness.deciding else ""
+        cause = resemblance.usual_cause(likeness.category)
+        if i == 0 and not failed:
+            yield Clue("resembles-labelled-cases", f"no known error line; the log's words{words} are most like those "
+                       f"of the {likeness.cases} labelled real failures of category {likeness.category}",
+                       events=tuple(sorted(told, key=lambda e: e.order)[:MAX_TOLD]), ranks=ranks_of(told),
+                       cause=cause, fix=(RERUN_FOR_MORE,))
+        else:
+            yield Clue("resembles-other-cases", f"the log's words{words} also resemble the {likeness.cases} labelled "
+                       f"real failures of category {likeness.category}", cause=cause, fix=(RERUN_FOR_MORE,))
+
+
+RERUN_FOR_MORE = ("Rerun with `NCCL_DEBUG=INFO` (and `TORCH_DISTRIBUTED_DEBUG=DETAIL`) and give `nccl-doctor logs` "
+                  "every rank's full output: a reading from the log's words rests on no known error line.")
 
 
 @rule("efa-context", "graph-file-set")
