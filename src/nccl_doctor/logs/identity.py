@@ -73,8 +73,8 @@ class Identities:
             proc.hosts.add(info.host)
         if info.pid is not None:
             proc.pids.add(info.pid)
-            if info.dev is not None and len(proc.devs) < 4:
-                proc.devs.add(info.dev)
+            if info.dev is not None:
+                proc.add_dev(info.dev)
         return first
 
     def link_rank_host(self, caps: dict[str, str]) -> None:
