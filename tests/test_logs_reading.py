@@ -291,3 +291,62 @@ def test_worker_processes_read_as_one_process_does(case, monkeypatch):
                         lambda self, *args: (used.append(True), in_parallel(self, *args))[1])
     assert report_json() == alone
     assert used  # the workers did read it
+
+
+# ---------------------------------------------------------------- readings added up in any grouping
+
+def _writer_line(host: str, pid: int, dev: int, rank: int, kind: int, n: int) -> str:
+    nccl = f"{host}:{pid}:{pid + 1} [{dev}] NCCL INFO "
+    return [
+        f"{nccl}comm 0x{n % 3:x} rank {rank} nranks {2 + n % 3} cudaDev {dev} busId 1000 commId 0x{n % 5:x} - Init START",
+        f"{nccl}comm 0x{n % 3:x} rank {rank} nranks {2 + n % 3} cudaDev {dev} busId 1000 commId 0x{n % 5:x} - "
+        "Init COMPLETE",
+        f"{nccl}Channel 0{n % 4}/0 : {rank}[{dev}] -> {rank + 1}[0] via {['P2P/IPC', 'NET/IB/0', 'SHM'][n % 3]}",
+        f"{nccl}AllReduce: opCount {n:x} sendbuff 0x1 recvbuff 0x1 count {n} datatype 7 op 0 root 0 comm 0x5 "
+        "[nranks=2] stream 0x6",
+        f"{nccl}NCCL version 2.{18 + n % 3}.5+cuda12.4",
+        f"[rank{rank}]:{host}:{pid}:{pid + 1} [{dev}] misc/socket.cc:50 NCCL WARN socketProgress: "
+        "Connection closed by remote peer x<1>",
+        f"[rank{rank}]: RuntimeError: step {n} failed for no known reason",
+        f"[rank{rank}]: step {n} | loss 2.5",
+    ][kind]
+
+
+_LINES = st.builds(_writer_line, st.sampled_from(["node-1", "node-2"]), st.integers(1, 3), st.integers(0, 7),
+                   st.integers(0, 5), st.integers(0, 7), st.integers(0, 40))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_LINES, min_size=1, max_size=40), min_size=2, max_size=6), st.data())
+def test_readings_add_up_the_same_in_any_grouping(sources, data):
+    """Workers add up the readings of a batch of sources, the collector adds up the batches: the same as adding
+    up the readings of the sources one by one (in order), whatever the batches. Caps are reached (events per
+    signature and process, hint lines, COLL calls, GPUs per process), except communicators per process (64):
+    past that cap, which ones are forgotten may depend on the batches."""
+    from unittest import mock
+
+    from nccl_doctor.logs import reading, records
+    from nccl_doctor.logs.engine import default_engine
+    from nccl_doctor.logs.sources import Source
+
+    def read(i: int, lines: list[str]) -> reading.Reading:
+        source = Source(name=f"rank-{i % 3}.log", stream=io.BytesIO("\n".join(lines).encode()))
+        return reading.SourceReader(source, i + 1, default_engine(), None, 4).read()
+
+    def added_up(readings: list[reading.Reading]) -> records.Collection:
+        collector = reading.Collector(default_engine())
+        for one in readings:
+            collector.reading.absorb(one)
+        return collector.finish()
+
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(sources) - 1))))
+    with mock.patch.object(records, "COLL_TAIL", 3):
+        one_by_one = added_up([read(i, lines) for i, lines in enumerate(sources)])
+        batches = []
+        for start, end in zip([0, *cuts], [*cuts, len(sources)]):
+            batch = reading.Reading()
+            for i in range(start, end):
+                batch.absorb(read(i, sources[i]))
+            batches.append(batch)
+        in_batches = added_up(batches)
+    assert in_batches == one_by_one

@@ -73,8 +73,8 @@ class Identities:
             proc.hosts.add(info.host)
         if info.pid is not None:
             proc.pids.add(info.pid)
-            if info.dev is not None and len(proc.devs) < 4:
-                proc.devs.add(info.dev)
+            if info.dev is not None:
+                proc.add_dev(info.dev)
         return first
 
     def link_rank_host(self, caps: dict[str, str]) -> None:
@@ -113,7 +113,9 @@ class Identities:
                 self.union(key, ("rank", rank))
                 self.proc(("rank", rank)).ranks.add(rank)
         groups: dict[Key, Proc] = {}
-        for key, proc in self.procs.items():
+        procs, self.procs = self.procs, {}
+        for key in list(procs):  # each key's facts let go once merged: memory does not double at the end
+            proc = procs.pop(key)
             root = self.find(key)
             merged = groups.get(root)
             if merged is None:

@@ -37,6 +37,7 @@ def words_sample(sources: int) -> int:
 
 COMM_RANKS = 16  # comm init lines kept per process to tell its global rank
 MAX_COMMS = 64  # communicators whose init phases are kept per process
+MAX_DEVS = 4  # GPU indexes kept per process
 
 Key = tuple[Any, ...]
 
@@ -102,6 +103,12 @@ class Proc:
         if len(events) < room:
             events.append(event)
 
+    def add_dev(self, dev: int) -> None:
+        """The GPU indexes a process printed, its MAX_DEVS lowest: the same whichever readings brought them."""
+        self.devs.add(dev)
+        if len(self.devs) > MAX_DEVS:
+            self.devs.remove(max(self.devs))
+
     def add_comm_phase(self, comm: str, phase: str, nranks: int) -> bool:
         """Record a communicator's init phase; True when the process had not shown this phase before."""
         news = not any(phase in phases for phases in self.init_phases.values())
@@ -129,9 +136,8 @@ class Proc:
         self.ranks |= other.ranks
         self.hosts |= other.hosts
         self.pids |= other.pids
-        for dev in sorted(other.devs):
-            if len(self.devs) < 4:
-                self.devs.add(dev)
+        for dev in other.devs:
+            self.add_dev(dev)
         self.sources |= other.sources
         for name, events in other.facts.items():
             if name == "fingerprint":  # only the latest collective matters

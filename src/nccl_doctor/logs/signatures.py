@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -85,7 +86,8 @@ class Signature:
         m = self.regex.search(text)
         if not m:
             return None
-        return {k: v for k, v in m.groupdict().items() if v is not None}
+        # interned: the same values (sizes, phases, ids) recur in the captures of thousands of kept lines
+        return {k: sys.intern(v) for k, v in m.groupdict().items() if v is not None}
 
 
 def required_literals(pattern: str) -> tuple[str, ...]:
