@@ -26,13 +26,13 @@ COLL_TAIL_MIN = 8
 def coll_tail(sources: int) -> int:
     """COLL calls kept per source's process when `sources` are read: memory stays bounded at any job size."""
     return max(COLL_TAIL_MIN, min(COLL_TAIL, COLL_BUDGET // max(sources, 1)))
-WORDS_BUDGET = 4 << 20  # bytes of the inputs' beginnings whose words are kept (logs/resemblance.py) ...
+WORDS_BUDGET = 1 << 20  # bytes of the inputs' beginnings whose words are kept (logs/resemblance.py) ...
 WORDS_PER_SOURCE = 64 << 10  # ... at most this much of each source
 
 
 def words_sample(sources: int) -> int:
     """Bytes at the beginning of each source whose words are kept: the cost stays bounded at any job size."""
-    return max(4 << 10, min(WORDS_PER_SOURCE, WORDS_BUDGET // max(sources, 1)))
+    return min(WORDS_PER_SOURCE, WORDS_BUDGET // max(sources, 1))
 
 
 COMM_RANKS = 16  # comm init lines kept per process to tell its global rank

@@ -42,7 +42,7 @@ crash crashed crashes mismatch died terminate terminated unhandled panic bus ncc
 
 def words(data: bytes) -> set[str]:
     """The words of a text, lower-cased: letters first, then letters, digits or underscores."""
-    return {w.decode("ascii") for w in WORD.findall(data.lower())}
+    return {w.decode("ascii") for w in set(WORD.findall(data.lower()))}
 
 
 @dataclass(frozen=True)
