@@ -29,6 +29,16 @@ from ..catalog import categories, read_text
 WORD = re.compile(rb"[a-z][a-z0-9_]{2,30}")
 MIN_CASES = 3  # a word counts only once this many labelled cases hold it: no memorising a single case
 DECIDING_WORDS = 6
+# English function words: pastes carry the reporter's prose, and these decide nothing (left out, the table is as
+# accurate, and the words it names are the telling ones).
+STOP_WORDS = frozenset("""the and for you are with this that have not but can was from all any one its has had were
+will would there their they them then than when what which who how why also just only into out our your his her she
+him been being does did doing done don doesn isn aren wasn weren won shouldn couldn wouldn didn hasn haven about
+above after again against before below between both during each few further here more most other over own same
+some such too under until very while where these those because off once should could might must may shall yes
+ever every nor now see seem seems get got let make made use used using like want need try tried trying know
+think thanks thank please hello issue issues note case cases way still well even much many lot something
+anything nothing someone anyone able""".split())
 DIFFERENTIAL = 3  # categories offered: the guess and two alternatives
 TABLE = "resemblance.json"
 # A log with no recognised line speaks of a failure when the reader kept a reported hang, a peer-to-peer test or an
@@ -65,7 +75,8 @@ class Table:
     def train(cls, labelled: Iterable[tuple[str, set[str]]]) -> Table:
         labelled = list(labelled)
         df = Counter(w for _, seen in labelled for w in seen)
-        idf = {w: math.log(len(labelled) / n) for w, n in sorted(df.items()) if n >= MIN_CASES}
+        idf = {w: math.log(len(labelled) / n) for w, n in sorted(df.items())
+               if n >= MIN_CASES and w not in STOP_WORDS}
         sums: dict[str, Counter[str]] = {}
         for category, seen in labelled:
             vector = unit({w: idf[w] for w in seen if w in idf})
