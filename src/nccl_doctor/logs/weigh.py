@@ -136,7 +136,7 @@ def findings(clues: list[Clue]) -> list[Finding]:
         head.fix[:0] = [what_would_decide(primary, alternatives)]
     rest = [finding(w, c, []) for w, c in zip(alternatives, confidence[1:])]
     for f, w in zip(rest, alternatives):
-        if w.lines() & primary.lines():  # another reading of the primary's lines, not a problem of its own
+        if w.differential or w.lines() & primary.lines():  # another reading of the same log, not a problem of its own
             f.alternative_to = primary.cause
     return [head] + rest
 

@@ -175,7 +175,7 @@ def rule_resemblance(view: LogView) -> Iterator[Clue]:
                        cause=cause, fix=(RERUN_FOR_MORE,))
         else:
             yield Clue("resembles-other-cases", f"the log's words{words} also resemble the {likeness.cases} labelled "
-                       f"real failures of category {likeness.category}", cause=cause, fix=(RERUN_FOR_MORE,))
+                       f"real failures of category {likeness.category}", cause=cause)
 
 
 RERUN_FOR_MORE = ("Rerun with `NCCL_DEBUG=INFO` (and `TORCH_DISTRIBUTED_DEBUG=DETAIL`) and give `nccl-doctor logs` "
