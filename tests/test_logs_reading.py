@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from nccl_doctor.logs import collect_paths, diagnose_paths, diagnose_text
 from nccl_doctor.logs.attribution import attribute, rank_from_path
-from nccl_doctor.logs.sources import WIDE_COUNT, ReadStats, iter_chunks, newlines
+from nccl_doctor.logs.sources import WIDE_COUNT, ReadStats, iter_chunks, looks_binary, newlines
 from nccl_doctor.model import InputError
 
 SHM_LINE = "node-1:41588:41837 [0] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device\n"
@@ -350,3 +350,10 @@ def test_readings_add_up_the_same_in_any_grouping(sources, data):
             batches.append(batch)
         in_batches = added_up(batches)
     assert in_batches == one_by_one
+
+
+def test_a_short_paste_full_of_escapes_is_text_and_nul_bytes_are_binary():
+    # hypothesis found it: a one-line paste with five control characters was skipped as a binary file
+    assert not looks_binary(b"[rank1]: RuntimeError: BEGINP \x1f\x1f\x1f\x1f\x1f ENDP\n")
+    assert looks_binary(b"\x7fELF\x02\x01\x01\x00")
+    assert looks_binary(bytes(range(1, 32)) * 200)  # a long head that is mostly control characters

@@ -9,6 +9,7 @@ is `nccl-doctor lint`'s job.
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import click
@@ -29,5 +30,5 @@ def env(as_json: bool) -> int:
     seconds = time.perf_counter() - start
     if as_json:
         return emit(Report("env", facts=facts), as_json=True)
-    render_facts(facts, process_env, seconds, click.get_text_stream("stdout"))
+    render_facts(facts, process_env, seconds, sys.stdout)
     return 0

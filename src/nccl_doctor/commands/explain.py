@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import sys
 
 import click
 
@@ -18,7 +19,7 @@ from ..render.explain import draw_catalog, draw_cause
 def explain(cause_id: str | None, list_all: bool, as_json: bool) -> int:
     """Explain a cause of the catalog (or list them all with --list)."""
     table = causes()
-    stdout = click.get_text_stream("stdout")
+    stdout = sys.stdout
     if list_all or not cause_id:
         draw_catalog(stdout, table.values(), categories(), as_json)
         return 0

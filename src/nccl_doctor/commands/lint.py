@@ -4,6 +4,7 @@ what NCCL and PyTorch actually read and what this host actually has."""
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
@@ -32,5 +33,5 @@ def lint(as_json: bool, env_file: str | None) -> int:
     report = Report("lint", findings=run_rules(env, facts), facts=facts)
     if not as_json:
         source = f"{len(env)} variables from {env_file}" if env_file else "this process's environment"
-        draw_lint_header(click.get_text_stream("stdout"), facts, source)
+        draw_lint_header(sys.stdout, facts, source)
     return emit(report, as_json=as_json)

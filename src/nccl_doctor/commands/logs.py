@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from ..logs import diagnose_paths
@@ -31,7 +33,7 @@ def logs(paths: tuple[str, ...], as_json: bool, as_markdown: bool, engine: str) 
         click.echo(f"nccl-doctor: skipped: {literal.shown(problem)}", err=True)
     if as_json:
         return emit(report, as_json=True)
-    out = click.get_text_stream("stdout")
+    out = sys.stdout
     if as_markdown:
         out.write(render_markdown(report))
         return report.exit_code

@@ -50,5 +50,5 @@ def topo(smi_file: str | None, sysfs_root: str, sample: float, as_json: bool) ->
     this_host = os.path.realpath(sysfs_root) == "/" and smi_file is None
     report = Report("topo", findings=judge(facts, os.environ, socket.gethostname() if this_host else None), facts=facts)
     if not as_json:
-        render_topo(facts, click.get_text_stream("stdout"))
+        render_topo(facts, sys.stdout)
     return emit(report, as_json=as_json)

@@ -293,11 +293,13 @@ def _read_error(exc: BaseException, where: str) -> str:
     return f"read error after {where} ({exc})"
 
 
+BINARY_SHARE = 0.1  # control characters in a text log's head stay below this share ...
+BINARY_SAMPLE = 4096  # ... of this many bytes at least: a short paste full of escapes is still text
+
+
 def looks_binary(head: bytes) -> bool:
-    """Text logs hold no NUL bytes and few control characters."""
-    if not head:
-        return False
+    """Text logs hold no NUL bytes and few control characters (binary files have NULs in their first bytes)."""
     if b"\x00" in head:
         return True
     controls = sum(1 for b in head if b < 32 and b not in (9, 10, 12, 13, 27))
-    return controls > len(head) * 0.1
+    return controls > max(len(head), BINARY_SAMPLE) * BINARY_SHARE
