@@ -19,10 +19,18 @@ from ..catalog import causes as causes_catalog
 from ..model import Evidence, Severity
 from ..model import ranges
 from .records import Collection, Event, Proc
-from .resemblance import FAILURE_HINTS, FAILURE_WORDS, words
+from .resemblance import words
 from .signatures import signatures
 
 MAX_EVIDENCE = 8
+# A log with no recognised error line still tells of a failure (LogView.failure_lines) when the reader kept a
+# reported hang, a peer-to-peer test or an NCCL stack, or an error-looking line that no signature claims (a benign
+# NCCL notice is claimed) holding one of these words. Not "error", "exception" or "traceback" alone: an
+# application's own exception is no NCCL failure.
+FAILURE_HINTS = ("hang_reported", "p2p_test", "nccl_stack")
+FAILURE_WORDS = frozenset("""fail failed failure failures fault timed hang hangs hanging hung stuck stall stalls
+stalled freeze freezes frozen abort aborted aborting killed refused invalid unable segmentation segfault deadlock
+crash crashed crashes mismatch died terminate terminated unhandled panic bus nccl""".split())
 
 
 @dataclass(frozen=True, eq=False)
@@ -160,7 +168,7 @@ class LogView:
     def failure_lines(self) -> list[Event]:
         """The lines by which a log with no recognised error line still tells of a failure: a reported hang, a
         peer-to-peer test, an NCCL stack, or an error-looking line no signature claims that holds a word of
-        failure (resemblance.FAILURE_HINTS and FAILURE_WORDS; a benign NCCL notice is claimed)."""
+        failure (FAILURE_HINTS and FAILURE_WORDS; a benign NCCL notice is claimed)."""
         told = [e for h in FAILURE_HINTS for e in self.hint(h)]
         return told + [e for e in self.hint("error_line")
                        if words(e.text.encode("utf-8", "replace")) & FAILURE_WORDS]

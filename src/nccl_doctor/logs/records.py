@@ -26,6 +26,8 @@ COLL_TAIL_MIN = 8
 def coll_tail(sources: int) -> int:
     """COLL calls kept per source's process when `sources` are read: memory stays bounded at any job size."""
     return max(COLL_TAIL_MIN, min(COLL_TAIL, COLL_BUDGET // max(sources, 1)))
+
+
 WORDS_BUDGET = 1 << 20  # bytes of the inputs' beginnings whose words are kept (logs/resemblance.py) ...
 WORDS_PER_SOURCE = 64 << 10  # ... at most this much of each source
 

@@ -41,13 +41,6 @@ think thanks thank please hello issue issues note case cases way still well even
 anything nothing someone anyone able""".split())
 DIFFERENTIAL = 3  # categories offered: the guess and two alternatives
 TABLE = "resemblance.json"
-# A log with no recognised line speaks of a failure when the reader kept a reported hang, a peer-to-peer test or an
-# NCCL stack, or an error-looking line that no signature claims (a benign NCCL notice is claimed) holding one of
-# these words. Not "error", "exception" or "traceback" alone: an application's own exception is no NCCL failure.
-FAILURE_HINTS = ("hang_reported", "p2p_test", "nccl_stack")
-FAILURE_WORDS = frozenset("""fail failed failure failures fault timed hang hangs hanging hung stuck stall stalls
-stalled freeze freezes frozen abort aborted aborting killed refused invalid unable segmentation segfault deadlock
-crash crashed crashes mismatch died terminate terminated unhandled panic bus nccl""".split())
 
 
 def words(data: bytes) -> set[str]:

@@ -44,14 +44,16 @@ def shown(text: Any) -> str:
 def cut(value: Any, limit: int) -> str:
     """Redacted and cut to `limit` characters, still raw: a value that a renderer shows() later (once: shown
     twice, an escaped control character could read as the shape of a secret)."""
-    text = redact_text("" if value is None else str(value))
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return _ellipsis(redact_text("" if value is None else str(value)), limit)
 
 
 def clipped(value: Any, limit: int) -> str:
     """shown() on one line, cut to `limit` characters: cut after redacting, so no secret is cut out of shape."""
-    line = " ".join(shown(value).split())
-    return line if len(line) <= limit else line[:limit - 3] + "..."
+    return _ellipsis(" ".join(shown(value).split()), limit)
+
+
+def _ellipsis(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 # ------------------------------------------------------------------ rich

@@ -130,22 +130,17 @@ def fallback_inputs(view: LogView) -> tuple[list[Event], list[Event], list[Event
     # Error chains and exceptions are the consequence of some error: unexplained only when none was recognised.
     dist = [] if view.failed else view.hint("dist_error")
     chain = [] if view.failed else [e for e in view.hint("nccl_backtrace") if e.caps.get("rc", "0") != "0"]
-    return (warns, chain, dist) if warns or dist or chain else ([], [], [])
+    return warns, chain, dist
 
 
 def best_guess(fb: Fallback, warns: list[Event], chain: list[Event], dist: list[Event]) -> tuple[str, str]:
     """The cause for the source file that warned or where the error chain began, else for the propagated
     ncclResult, else the generic one."""
-    for w in warns:
-        path = w.caps.get("file") or ""
-        cause = fb.cause_for_source(path) if path else None
-        if cause:
-            return cause, f"an NCCL WARN from {path}"
-    for link in sorted(chain, key=lambda e: e.order):  # the first link printed is where the failure began
-        path = link.caps.get("file") or ""
-        cause = fb.cause_for_source(path) if path else None
-        if cause:
-            return cause, f"an NCCL error chain from {path}"
+    # the first link of a chain printed is where the failure began
+    found = by_source(fb, warns, "an NCCL WARN") or by_source(fb, sorted(chain, key=lambda e: e.order),
+                                                              "an NCCL error chain")
+    if found:
+        return found
     codes = Counter(int(e.caps["rc"]) for e in chain if e.caps.get("rc", "").isdigit())
     for code, _ in codes.most_common():
         if code in fb.by_result:
@@ -153,6 +148,20 @@ def best_guess(fb: Fallback, warns: list[Event], chain: list[Event], dist: list[
     if dist and not warns and all("ncclCommWatchdog" in e.text for e in dist):
         return fb.watchdog, "the NCCL watchdog aborted the process"
     return fb.generic, "nothing more specific in the log"
+
+
+def by_source(fb: Fallback, events: list[Event], what: str) -> tuple[str, str] | None:
+    """The cause for the first NCCL source file among the lines that has one, and why."""
+    for e in events:
+        path = e.caps.get("file") or ""
+        cause = fb.cause_for_source(path) if path else None
+        if cause:
+            return cause, f"{what} from {path}"
+    return None
+
+
+RERUN_FOR_MORE = ("Rerun with `NCCL_DEBUG=INFO` (and `TORCH_DISTRIBUTED_DEBUG=DETAIL`) and give `nccl-doctor logs` "
+                  "every rank's full output: a reading from the log's words rests on no known error line.")
 
 
 @rule("resembles-labelled-cases", "resembles-other-cases")
@@ -176,10 +185,6 @@ def rule_resemblance(view: LogView) -> Iterator[Clue]:
         else:
             yield Clue("resembles-other-cases", f"the log's words{words} also resemble the {likeness.cases} labelled "
                        f"real failures of category {likeness.category}", cause=cause)
-
-
-RERUN_FOR_MORE = ("Rerun with `NCCL_DEBUG=INFO` (and `TORCH_DISTRIBUTED_DEBUG=DETAIL`) and give `nccl-doctor logs` "
-                  "every rank's full output: a reading from the log's words rests on no known error line.")
 
 
 @rule("efa-context", "graph-file-set")
