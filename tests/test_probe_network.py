@@ -110,10 +110,10 @@ def test_route_to_unresolvable_host():
 
 def test_resolution_is_bounded(monkeypatch):
     monkeypatch.setattr(network, "RESOLVE_TIMEOUT_S", 0.2)
-    monkeypatch.setattr(network.socket, "getaddrinfo", lambda *a, **k: time.sleep(3) or [])
+    monkeypatch.setattr(network.socket, "getaddrinfo", lambda *a, **k: time.sleep(60) or [])
     start = time.monotonic()
     route = route_to("slow.example")
-    assert route["error"] == "timeout" and time.monotonic() - start < 2
+    assert route["error"] == "timeout" and time.monotonic() - start < 30
 
 
 def test_route_without_a_route(monkeypatch):

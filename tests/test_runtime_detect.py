@@ -49,7 +49,21 @@ def test_a_rank_late_at_every_collective_is_a_straggler_reported_once():
     found = run_polls(d, make, 6)
     assert [(f.cause, f.ranks) for f in found] == [("straggler-rank", [2])]
     assert "0.30 s after the others" in found[0].message and "waits for it 30% of the time" in found[0].message
+    assert "rising" not in found[0].message
     assert found[0].hosts == ["node1"]
+
+
+def test_a_lag_that_grows_after_a_resume_is_named_as_rising():
+    """The culprit's loader gets slower every step (as after a resume that skips batches unevenly)."""
+    d = Detector(SETTINGS, 4)
+
+    def window(i: int, rank: int) -> list:
+        return [[i + k, 1000.0 + (i + k) + (0.05 * (i + k) if rank == 2 else 0.0)] for k in range(30)]
+
+    found = run_polls(d, lambda i: {r: beat(r, i, seq=30 + i, step=10 + i, step_time=1.0, arrivals=window(i, r))
+                                    for r in range(4)}, 6)
+    assert [(f.cause, f.ranks) for f in found] == [("straggler-rank", [2])]
+    assert "rising from" in found[0].message, found[0].message
 
 
 def test_a_lag_small_against_the_step_time_is_not_a_straggler():
