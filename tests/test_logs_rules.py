@@ -291,3 +291,56 @@ def test_acs_enabled_in_lspci_points_at_p2p():
     assert diagnose_text(text)[0].cause == "p2p-acs-iommu"
     disabled = text.replace("SrcValid+", "SrcValid-").replace("Redir+", "Redir-")
     assert all(f.cause != "p2p-acs-iommu" for f in diagnose_text(disabled))
+
+
+# ---------------------------------------------------------------------------- shared resources, link-local addresses
+
+DF_SHM = "Filesystem      Size  Used Avail Use% Mounted on\nshm              {size}     0  {size}   0% /dev/shm"
+
+
+@pytest.mark.parametrize("failure", ["", "\nRuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled system "
+                                         "error, NCCL version 2.18.1"])
+def test_a_64mb_dev_shm_is_named_and_a_warning_until_something_fails(failure):
+    primary = _primary(DF_SHM.format(size="64M") + failure)
+    assert primary.cause == "shm-too-small" and "/dev/shm is 64 MB" in primary.message
+    assert (primary.severity == Severity.WARNING) == (not failure)
+
+
+def test_a_large_dev_shm_is_not_blamed():
+    assert not [f for f in diagnose_text(DF_SHM.format(size="32G")) if f.cause == "shm-too-small"]
+
+
+@given(st.integers(min_value=1, max_value=1 << 40))
+def test_shm_sizes_read_as_bytes_or_with_a_unit_agree(size):
+    from nccl_doctor.logs.rules.resources import shm_bytes
+    assert shm_bytes({"bytes": str(size)}) == size
+    assert shm_bytes({"size": f"{size / (1 << 20):.4f}M"}) == pytest.approx(size, abs=(1 << 20) / 10_000 + 1)
+
+
+def test_ray_reporting_a_small_dev_shm_names_it():
+    line = ("2023-11-18 03:39:16,283 WARNING services.py:1996 -- WARNING: The object store is using /tmp instead of "
+            "/dev/shm because /dev/shm has only 67108864 bytes available.")
+    assert _primary(line).cause == "shm-too-small"
+
+
+@pytest.mark.parametrize("event,error", [("local access violation work queue error", True),
+                                         ("local catastrophic error", True), ("CQ error", True),
+                                         ("port active", False), ("GID table change", False)])
+def test_ib_async_events_are_errors_only_when_the_event_is_one(event, error):
+    text = f"host-2:94639:94647 [0] transport/net_ib.cc:100 NCCL WARN NET/IB : mlx5_0:1 Got async event : {event}"
+    assert ("ib-async-fatal" in _ranked(diagnose_text(text))) == error
+
+
+def test_a_refused_connection_to_an_ipv4_link_local_address_is_a_wrong_interface():
+    text = ("node-1:7:7 [0] NCCL INFO NET/Socket : Using [0]enp73s0:10.1.216.156<0> [1]pod-id-link0:169.254.170.23<0>\n"
+            "node-1:7:9 [0] misc/socket.cc:484 NCCL WARN socketPollConnect: connect to 169.254.170.23<41233> returned "
+            "Connection refused, retrying (13/34)")
+    primary = _primary(text)
+    assert primary.cause == "wrong-interface-selected" and "169.254.170.23" in primary.message
+
+
+def test_the_net_stack_reading_of_an_einval_memory_registration_keeps_efa_as_the_alternative():
+    findings = diagnose_text("register_mr_buffers:544 NCCL WARN NET/OFI Unable to register memory (type = 2) for "
+                             "device 0. RC: -22, Error: Invalid argument")
+    assert findings[0].cause == "net-stack-too-old" and findings[0].confidence < 0.5
+    assert "efa-network-error" in _ranked(findings)

@@ -55,6 +55,6 @@ def run_rules(view: LogView) -> list[Clue]:
 
 
 # The rule modules register themselves on import.
-from . import collectives, crashes, hardware, lines, network, software, stalls, timeouts  # noqa: E402,F401
+from . import collectives, crashes, hardware, lines, network, resources, software, stalls, timeouts  # noqa: E402,F401
 
 __all__ = ["RULES", "Rule", "rule", "run_rules"]

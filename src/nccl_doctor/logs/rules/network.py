@@ -19,7 +19,9 @@ VIRTUAL = re.compile(r"^(?:lo|docker\d*|virbr\d*|veth\w*|br-\w+|cni\d*|flannel\.
 TUNNEL = re.compile(r"^(?:ip6tnl\d*|ip6gre\d*|gre\d*|gretap\d*|erspan\d*|sit\d*|tun\d+|tap\d+|wg\d+|tailscale\d*|"
                     r"zt\w+|ipip\d*|ip_vti\d*|vti\d*|ipsec\d*|nebula\d*)$")
 DEVICE = re.compile(r"\[\d+\](?P<iface>[\w.@-]+):(?P<addr>[0-9a-fA-F:.%\w-]+?)<\d+>")
-SCOPED_ADDRESS = re.compile(r"\b(?P<addr>fe80:[0-9a-fA-F:]*)(?:%(?P<iface>[\w.@-]+))?")
+# Link-local addresses: IPv6 fe80::/10 (with its %scope) and IPv4 169.254/16 (cloud metadata and pod-identity
+# links, hosts with no DHCP answer). Each host has its own; no other host can route to them.
+LINK_LOCAL = re.compile(r"(?<![\w.:])(?P<addr>fe80:[0-9a-fA-F:]*|169\.254\.\d{1,3}\.\d{1,3})(?:%(?P<iface>[\w.@-]+))?")
 NETWORK_FAILURES = {"host-unreachable", "master-unreachable", "no-usable-interface", "socket-ifname-no-match",
                     "wrong-interface-selected", "rank-died", "nccl-internal-error"}
 
@@ -34,6 +36,8 @@ def kind(iface: str, addr: str = "") -> str | None:
         return "a container/virtual bridge"
     if addr.lower().startswith("fe80"):
         return "IPv6 link-local only"
+    if addr.startswith("169.254."):
+        return "IPv4 link-local"
     return None
 
 
@@ -90,11 +94,11 @@ def rule_interface_kinds(view: LogView) -> Iterator[Clue]:
 
 @rule("connect-to-link-local")
 def rule_link_local_connect(view: LogView) -> Iterator[Clue]:
-    """A failed connection to an IPv6 link-local or scoped address: NCCL picked an address other hosts cannot
-    route to."""
-    failed = [e for e in network_failed(view) + view.events_of(*CONNECT_SIGNATURES) if SCOPED_ADDRESS.search(e.message)]
+    """A failed connection to a link-local address (IPv6 fe80::, IPv4 169.254/16): NCCL picked an address other
+    hosts cannot route to."""
+    failed = [e for e in network_failed(view) + view.events_of(*CONNECT_SIGNATURES) if LINK_LOCAL.search(e.message)]
     if failed:
-        m = SCOPED_ADDRESS.search(failed[0].message)
+        m = LINK_LOCAL.search(failed[0].message)
         via = f" via {m.group('iface')}" if m and m.group("iface") else ""
         yield Clue("connect-to-link-local", f"connections to the link-local address {m.group('addr') if m else '?'}"
                    f"{via} failed: NCCL chose an interface whose address other hosts cannot route to",
