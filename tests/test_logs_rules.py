@@ -344,3 +344,9 @@ def test_the_net_stack_reading_of_an_einval_memory_registration_keeps_efa_as_the
                              "device 0. RC: -22, Error: Invalid argument")
     assert findings[0].cause == "net-stack-too-old" and findings[0].confidence < 0.5
     assert "efa-network-error" in _ranked(findings)
+
+
+def test_every_device_of_a_socket_list_is_judged_not_only_the_first():
+    text = ("node-1:7:7 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.4<0> [1]docker0:172.17.0.1<0>\n"
+            "node-2:7:7 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.5<0> [1]docker0:172.17.0.1<0>")
+    assert "docker0" in " ".join(f.message for f in diagnose_text(text))
