@@ -352,6 +352,31 @@ def test_readings_add_up_the_same_in_any_grouping(sources, data):
     assert in_batches == one_by_one
 
 
+def test_comm_init_lines_tell_the_rank_and_are_kept_as_four_values_up_to_the_cap():
+    """A process that printed its pid keeps its first COMM_RANKS comm init lines as (source, line, nranks, rank),
+    across readings too; identity resolution takes the rank of its largest communicator from them."""
+    from nccl_doctor.logs import reading, records
+    from nccl_doctor.logs.engine import default_engine
+    from nccl_doctor.logs.sources import Source
+
+    def comm_line(i: int, rank: int, nranks: int) -> str:
+        return (f"node-1:42:43 [1] NCCL INFO comm 0x{i:x}0 rank {rank} nranks {nranks} cudaDev 1 busId 1000 "
+                f"commId 0x{i:x}1 - Init START")
+
+    lines = [comm_line(i, 1, 2) for i in range(10)] + [comm_line(10 + i, 13, 16) for i in range(10)]
+    data = "\n".join(lines).encode()
+    first = reading.SourceReader(Source("job.log", stream=io.BytesIO(data)), 1, default_engine()).read()
+    proc = first.ids.procs[("hp", "node-1", 42)]
+    assert proc.comm_ranks[0] == ("job.log", 1, 2, 1)
+    assert proc.comm_ranks[-1] == ("job.log", records.COMM_RANKS, 16, 13)
+    assert len(proc.comm_ranks) == records.COMM_RANKS and "comm_rank" not in proc.facts
+    second = reading.SourceReader(Source("job.log", stream=io.BytesIO(data)), 2, default_engine()).read()
+    first.absorb(second)
+    assert len(first.ids.procs[("hp", "node-1", 42)].comm_ranks) == records.COMM_RANKS
+    procs, _ = first.ids.resolve()
+    assert [p.ranks for p in procs] == [{13}]
+
+
 def test_a_short_paste_full_of_escapes_is_text_and_nul_bytes_are_binary():
     # hypothesis found it: a one-line paste with five control characters was skipped as a binary file
     assert not looks_binary(b"[rank1]: RuntimeError: BEGINP \x1f\x1f\x1f\x1f\x1f ENDP\n")

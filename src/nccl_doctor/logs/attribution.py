@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -90,7 +91,7 @@ def _absorb(info: LineInfo, fields: dict[str, str | None]) -> None:
     if fields.get("rank") is not None and info.rank is None:
         info.rank = int(fields["rank"])  # type: ignore[arg-type]
     if fields.get("host") and info.host is None:
-        info.host = fields["host"]
+        info.host = sys.intern(fields["host"])  # one string per host, not one per line kept
     if fields.get("pid") and info.pid is None:
         info.pid = int(fields["pid"])  # type: ignore[arg-type]
     if fields.get("dev") is not None and info.dev is None:

@@ -31,7 +31,7 @@ from . import flight_recorder as fr
 from .attribution import LineInfo, attribute, rank_from_path
 from .engine import Engine, default_engine
 from .identity import Identities
-from .records import (COLL_TAIL, COMM_RANKS, EVENTS_PER_KEY, MAX_EVENTS, WORDS_PER_SOURCE, Collection, Event, Key,
+from .records import (COLL_TAIL, EVENTS_PER_KEY, MAX_EVENTS, WORDS_PER_SOURCE, Collection, Event, Key,
                       coll_tail, kept, words_sample)
 from .resemblance import words
 from .signatures import Signature, signatures
@@ -428,7 +428,7 @@ class SourceReader:
                              caps=caps, key=key, rank=info.rank if info.rank is not None else self.file_rank,
                              host=info.host, pid=info.pid, ts=info.ts, ts_kind=info.ts_kind, order=order)
             if sig.fact in SATURATING:  # most lines of a log: the event is made (and redacted) only if kept
-                news = self._saturating(sig.fact, caps, key, info.pid, event)
+                news = self._saturating(sig.fact, caps, key, info.pid, event, line_no)
                 self.quiet = 0 if news or new_writer else self.quiet + 1
             else:
                 self._record(event())
@@ -451,7 +451,7 @@ class SourceReader:
         self.reading.keep_event(event)
 
     def _saturating(self, name: str, caps: dict[str, str], key: Key, pid: int | None,
-                    event: Callable[[], Event]) -> bool:
+                    event: Callable[[], Event], line_no: int) -> bool:
         """Record a process's transport or comm init; True when it told something new about the process."""
         proc = self.ids.proc(key)
         if name == "transport":
@@ -463,12 +463,10 @@ class SourceReader:
         phase = caps.get("phase", "")
         news = proc.add_comm_phase(comm, phase, int(caps.get("nranks", 0)))
         self._track_pending(key, comm, phase)
-        ranks, inits = proc.facts.get("comm_rank", ()), proc.facts.get(name, ())
-        if (pid is not None and len(ranks) < COMM_RANKS) or len(inits) < EVENTS_PER_KEY:
-            made = event()
-            if pid is not None:
-                proc.add_fact("comm_rank", made, COMM_RANKS)
-            proc.add_fact(name, made)
+        if pid is not None:
+            proc.add_comm_rank((self.source.name, line_no, int(caps.get("nranks", 0)), int(caps["rank"])))
+        if len(proc.facts.get(name, ())) < EVENTS_PER_KEY:
+            proc.add_fact(name, event())
         return news
 
     def _record_fact(self, event: Event) -> None:
@@ -476,7 +474,7 @@ class SourceReader:
         caps = event.caps
         proc = self.ids.proc(event.key)
         if name in SATURATING:
-            self._saturating(name, caps, event.key, event.pid, lambda: event)
+            self._saturating(name, caps, event.key, event.pid, lambda: event, event.line)
             return
         if name == "nccl_env":
             proc.env.setdefault(caps.get("var", ""), caps.get("value", ""))
@@ -564,8 +562,8 @@ class SourceReader:
             line = partial(Event, source=source, line=line_no, key=key, host=info.host, pid=info.pid,
                            rank=info.rank if info.rank is not None else self.file_rank, order=(self.index, line_no))
             if sig.fact == "comm_init":
-                if not any(e.line == line_no and e.source == source
-                           for name in ("comm_init", "comm_rank") for e in proc.facts.get(name, [])):
+                if not (any(e.line == line_no and e.source == source for e in proc.facts.get("comm_init", []))
+                        or any(r[:2] == (source, line_no) for r in proc.comm_ranks)):
                     # not read in full before: the sample skipped it
                     self._record_fact(line(sig=sig, caps=caps, text=kept(text), message=kept(message)))
                 continue

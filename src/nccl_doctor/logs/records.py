@@ -38,6 +38,7 @@ def words_sample(sources: int) -> int:
 
 
 COMM_RANKS = 16  # comm init lines kept per process to tell its global rank
+CommRank = tuple[str, int, int, int]  # a comm init line as kept to tell the rank: source, line, nranks, rank
 MAX_COMMS = 64  # communicators whose init phases are kept per process
 MAX_DEVS = 4  # GPU indexes kept per process
 
@@ -67,7 +68,7 @@ class Event:
         return self.sig.cause
 
 
-@dataclass
+@dataclass(slots=True)  # thousands of them: no dict of attributes each
 class Proc:
     """Facts about one process (one rank, or the ranks one process drives), merged over its keys."""
 
@@ -87,6 +88,9 @@ class Proc:
     last_line_order: tuple[int, int] = (-1, -1)
     colls: deque[tuple[int, str, int, str, Event]] = field(default_factory=lambda: deque(maxlen=COLL_TAIL))
     fr: DumpSummary | None = None
+    # the first comm init lines of a process that printed its pid; only identity resolution reads them (then they
+    # go), so they are kept as four values, not as events (a tenth of the memory, which thousands of ranks need)
+    comm_ranks: list[CommRank] = field(default_factory=list)
 
     def fact(self, name: str) -> Event | None:
         events = self.facts.get(name)
@@ -104,6 +108,10 @@ class Proc:
         events = self.facts[name]
         if len(events) < room:
             events.append(event)
+
+    def add_comm_rank(self, comm_rank: CommRank) -> None:
+        if len(self.comm_ranks) < COMM_RANKS:
+            self.comm_ranks.append(comm_rank)
 
     def add_dev(self, dev: int) -> None:
         """The GPU indexes a process printed, its MAX_DEVS lowest: the same whichever readings brought them."""
@@ -146,7 +154,9 @@ class Proc:
                 self.facts[name] = list(events)
                 continue
             for event in events:
-                self.add_fact(name, event, COMM_RANKS if name == "comm_rank" else EVENTS_PER_KEY)
+                self.add_fact(name, event)
+        for comm_rank in other.comm_ranks:
+            self.add_comm_rank(comm_rank)
         for var, value in other.env.items():
             self.env.setdefault(var, value)
         self.transports |= other.transports
@@ -166,8 +176,6 @@ class Proc:
         self.devs |= other.devs
         self.sources |= other.sources
         for name, events in other.facts.items():
-            if name == "comm_rank":
-                continue
             room = EVENTS_PER_KEY - len(self.facts[name])
             self.facts[name].extend(events[:max(0, room)])
         for var, value in other.env.items():
