@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from nccl_doctor.logs import collect_paths, diagnose_paths, diagnose_text
@@ -56,6 +56,31 @@ def test_timestamps_are_read():
 ])
 def test_rank_from_path(path, rank):
     assert rank_from_path(path) == rank
+
+
+_HOSTS = st.one_of(st.text(alphabet="abz09.-_", min_size=1, max_size=12),
+                   st.sampled_from(["gpu-node07", "node.log", "a.out", "2024-01-01T10", "12345", "h.LOG", "x-1.err"]))
+_AFTER_NCCL = st.one_of(st.sampled_from(["INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC", "WARN [Rank 3] x",
+                                         "INFO [rank=2] || y", "[rank=1] || z", "INFO comm 0x1 rank 9 nranks 16",
+                                         "", " 12: x", "INFO [PG 0 Rank 5] Watchdog"]),
+                        st.text(alphabet="aN []:|1.|-", max_size=20))
+_IDS = st.one_of(st.integers(10, 99), st.integers(0, 99999))  # two digits: a pid and tid that read as a time
+_NCCL_LINES = st.builds("{}:{}:{} [{}] {}NCCL {}".format, _HOSTS, _IDS, _IDS, st.integers(0, 15),
+                        st.sampled_from(["", " ", "[3] "]), _AFTER_NCCL)
+
+
+@settings(max_examples=500, deadline=None)
+@example("2024-01-01T10:20:57 [0] NCCL INFO Bootstrap")  # a host that reads as a timestamp: the loop's way
+@given(st.one_of(_NCCL_LINES, st.builds("[rank{}]:{}".format, st.integers(0, 9), _NCCL_LINES), st.text(max_size=40)))
+def test_nccl_prefix_is_read_as_the_loop_reads_it(line):
+    """attribute_nccl, the shortcut for NCCL's own prefix, gives what peeling prefixes one by one gives."""
+    from unittest import mock
+
+    from nccl_doctor.logs import attribution
+
+    fast = attribute(line)
+    with mock.patch.object(attribution, "attribute_nccl", lambda text: None):
+        assert fast == attribute(line)
 
 
 # ---------------------------------------------------------------- layouts and compression
