@@ -69,17 +69,25 @@ _NCCL_LINES = st.builds("{}:{}:{} [{}] {}NCCL {}".format, _HOSTS, _IDS, _IDS, st
                         st.sampled_from(["", " ", "[3] "]), _AFTER_NCCL)
 
 
+_AFTER_TAG = st.one_of(st.sampled_from([" step 3 | loss 2.1", "  12: x", " 12: x", " [Rank 3] y", "[E0314 02:10:00 a.cpp:1] z",
+                                         " host-1: Test NCCL failure x", " x [rank4]: y"]),
+                        st.text(alphabet=" aZ1[]:|.-", max_size=20))
+_TAGGED = st.builds("[{}{}]:{}".format, st.sampled_from(["rank", "rank=", "default", ""]), st.integers(0, 99), _AFTER_TAG)
+
+
 @settings(max_examples=500, deadline=None)
 @example("2024-01-01T10:20:57 [0] NCCL INFO Bootstrap")  # a host that reads as a timestamp: the loop's way
-@given(st.one_of(_NCCL_LINES, st.builds("[rank{}]:{}".format, st.integers(0, 9), _NCCL_LINES), st.text(max_size=40)))
-def test_nccl_prefix_is_read_as_the_loop_reads_it(line):
-    """attribute_nccl, the shortcut for NCCL's own prefix, gives what peeling prefixes one by one gives."""
+@given(st.one_of(_NCCL_LINES, _TAGGED, st.builds("[rank{}]:{}".format, st.integers(0, 9), _NCCL_LINES),
+                 st.text(max_size=40)))
+def test_common_prefixes_are_read_as_the_loop_reads_them(line):
+    """attribute_common, the shortcut for NCCL's own prefix and torchrun's tag, gives what peeling prefixes one by
+    one gives."""
     from unittest import mock
 
     from nccl_doctor.logs import attribution
 
     fast = attribute(line)
-    with mock.patch.object(attribution, "attribute_nccl", lambda text: None):
+    with mock.patch.object(attribution, "attribute_common", lambda text: None):
         assert fast == attribute(line)
 
 

@@ -33,9 +33,10 @@ _LAUNCHER_PREFIXES = [
 # then runs that one for its fields). A line is attributed twice per NCCL line read; this halves the cost.
 _ANY_PREFIX = re.compile("|".join(f"(?P<p{i}>{re.sub(r'[(][?]P<[a-z]+>', '(?:', p.pattern)})"
                                   for i, p in enumerate(_LAUNCHER_PREFIXES)))
-# Most lines of a log: NCCL's own prefix, then its message. For these the loop below takes the NCCL prefix and
-# stops (attribute_nccl says when): read in one match, at a third of the cost.
+# Most lines of a log: NCCL's own prefix, then its message, or torchrun's tag, then a space and a word. For these
+# the loop below takes that one prefix and stops (attribute_common says when): read in one match, at half the cost.
 _NCCL_LINE = re.compile(r"([\w.-]+):(\d+):\d+ \[(\d+)\] (?=NCCL [^\[])")
+_RANK_TAG = re.compile(r"\[rank(\d+)\]:(?= [A-Za-z])")
 _FILE_SUFFIXES = (".log", ".txt", ".out", ".err")
 _EMBEDDED_RANK = re.compile(r"\[rank(?P<rank>\d+)\]:")
 _MESSAGE_RANK = re.compile(r"\[(?:PG (?:ID )?\d+ (?:PG GUID \d+(?:\([^)]*\))? )?(?:\([^)]*\) )?)?Rank (?P<rank>\d+)\]")
@@ -62,9 +63,9 @@ class LineInfo:
 
 def attribute(text: str) -> LineInfo:
     """Peel the known prefixes off a line and say who wrote it."""
-    nccl = attribute_nccl(text)
-    if nccl is not None:
-        info, rest = nccl
+    common = attribute_common(text)
+    if common is not None:
+        info, rest = common
     else:
         info, rest = LineInfo(message=text), text.lstrip(" \t")
         for _ in range(6):  # prefixes nest a few deep at most
@@ -77,19 +78,25 @@ def attribute(text: str) -> LineInfo:
     return _from_message(text, info, rest)
 
 
-def attribute_nccl(text: str) -> tuple[LineInfo, str] | None:
-    """`host:pid:tid [dev] NCCL ...` as the prefix loop reads it (host, pid, GPU; the rest from NCCL on), or None
-    where the loop might read it otherwise. No earlier prefix matches at its start: they begin with a character
-    a host name cannot (`|`, `[`, `(`, a space), with a word and a space, or with digits (so a host starting with
-    one is left to the loop), or, for grep's file name, end in `.log:` and the like (so are such hosts). At `NCCL `
-    followed by anything but `[`, no prefix matches (test_nccl_prefix_is_read_as_the_loop_reads_it)."""
+def attribute_common(text: str) -> tuple[LineInfo, str] | None:
+    """`host:pid:tid [dev] NCCL ...` or `[rankN]: word...` as the prefix loop reads it (who; the rest of the line),
+    or None where the loop might read it otherwise (test_common_prefixes_are_read_as_the_loop_reads_them).
+
+    NCCL's: no earlier prefix matches at its start, as they begin with a character a host name cannot (`|`, `[`,
+    `(`, a space), with a word and a space, or with digits (so a host starting with one is left to the loop), or,
+    for grep's file name, end in `.log:` and the like (so are such hosts). torchrun's: the earlier ones need `[`
+    then a digit or `rank=`. After either, at `NCCL ` followed by anything but `[`, or at a space and a letter, no
+    prefix matches."""
     m = _NCCL_LINE.match(text)
-    if m is None:
-        return None
-    host = m.group(1)
-    if host[0].isdigit() or host.endswith(_FILE_SUFFIXES):
-        return None
-    return LineInfo(message=text, host=sys.intern(host), pid=int(m.group(2)), dev=int(m.group(3))), text[m.end():]
+    if m is not None:
+        host = m.group(1)
+        if host[0].isdigit() or host.endswith(_FILE_SUFFIXES):
+            return None
+        return LineInfo(message=text, host=sys.intern(host), pid=int(m.group(2)), dev=int(m.group(3))), text[m.end():]
+    m = _RANK_TAG.match(text)
+    if m is not None:
+        return LineInfo(message=text, rank=int(m.group(1))), text[m.end():]
+    return None
 
 
 def _from_message(text: str, info: LineInfo, rest: str) -> LineInfo:
