@@ -410,6 +410,26 @@ def test_comm_init_lines_tell_the_rank_and_are_kept_as_four_values_up_to_the_cap
     assert [p.ranks for p in procs] == [{13}]
 
 
+def test_a_process_keeps_its_last_calls_and_shares_its_phase_sets():
+    """Thousands of processes: one without COLL calls has no deque, and communicators with the same init phases
+    share one set; what they hold is what a deque and a set per communicator would."""
+    from nccl_doctor.logs.records import COLL_TAIL, Proc
+
+    idle, busy = Proc(), Proc()
+    idle.add_colls([])
+    assert idle.colls == ()
+    busy.add_colls((n, "AllReduce", 1, "0x1", None) for n in range(COLL_TAIL + 5))  # type: ignore[misc]
+    assert [c[0] for c in busy.colls] == list(range(5, COLL_TAIL + 5))
+    for comm in ("0xa", "0xb"):
+        busy.add_comm_phase(comm, "START", 8)
+        busy.add_comm_phase(comm, "COMPLETE", 8)
+    idle.add_comm_phase("0xc", "START", 8)
+    idle.merge(busy)
+    assert busy.init_phases["0xa"] is busy.init_phases["0xb"] is idle.init_phases["0xa"]
+    assert idle.init_phases == {"0xa": {"START", "COMPLETE"}, "0xb": {"START", "COMPLETE"}, "0xc": {"START"}}
+    assert list(idle.colls) == list(busy.colls)
+
+
 def test_a_short_paste_full_of_escapes_is_text_and_nul_bytes_are_binary():
     # hypothesis found it: a one-line paste with five control characters was skipped as a binary file
     assert not looks_binary(b"[rank1]: RuntimeError: BEGINP \x1f\x1f\x1f\x1f\x1f ENDP\n")

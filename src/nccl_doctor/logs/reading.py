@@ -31,7 +31,7 @@ from . import flight_recorder as fr
 from .attribution import LineInfo, attribute, rank_from_path
 from .engine import Engine, default_engine
 from .identity import Identities
-from .records import (COLL_TAIL, EVENTS_PER_KEY, MAX_EVENTS, WORDS_PER_SOURCE, Collection, Event, Key,
+from .records import (COLL_TAIL, EVENTS_PER_KEY, MAX_EVENTS, WORDS_PER_SOURCE, Call, Collection, Event, Key,
                       coll_tail, kept, words_sample)
 from .resemblance import words
 from .signatures import Signature, signatures
@@ -54,7 +54,6 @@ BATCH_FILES = 64  # ... each of at most this many files (a worker's reading of t
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 OnBytes = Callable[[int], None]  # told the input bytes read so far
-Call = tuple[int, str, int, str, Event]  # a COLL call: opCount, op, count, comm, the line
 
 
 class Reading:
@@ -541,7 +540,7 @@ class SourceReader:
         for line_no, text, info, message in reversed(picked):
             last[self._tail_line(line_no, text, info, message, calls)] = (line_no, message)
         for key, made in calls.items():  # only the calls each process keeps become events (redacted)
-            self.ids.proc(key).colls.extend(call() for call in made)
+            self.ids.proc(key).add_colls(call() for call in made)
         for key, (line_no, message) in last.items():  # redacted once per process, not once per line
             proc = self.ids.proc(key)
             if (self.index, line_no) > proc.last_line_order:
