@@ -34,7 +34,7 @@ from .identity import Identities
 from .records import (COLL_TAIL, EVENTS_PER_KEY, MAX_EVENTS, WORDS_PER_SOURCE, Call, Collection, Event, Key,
                       coll_tail, kept, words_sample)
 from .resemblance import words
-from .signatures import Signature, signatures
+from .signatures import Signature, captures, signatures
 from .sources import (READ_ERRORS, Chunk, ReadStats, Source, input_size, iter_chunks, looks_binary, newlines,
                       open_stream, sniff)
 
@@ -512,9 +512,10 @@ class SourceReader:
         """Read the end of a source backwards until no new process has shown up for a while."""
         if not tail:
             return
-        data = b"".join(c.data for c in tail)
-        first_line = tail[0].first_line
-        lines = data.split(b"\n")
+        data = tail[0].data if len(tail) == 1 else b"".join(c.data for c in tail)
+        # only the last TAIL_LINES lines are split off; the scan counted the lines before them
+        lines = data.rsplit(b"\n", TAIL_LINES + 1)
+        first_line = tail[0].first_line + sum(c.lines for c in tail) + 1 - len(lines)
         if lines and lines[-1] == b"":
             lines.pop()
         picked: list[tuple[int, str, LineInfo, str]] = []
@@ -537,8 +538,9 @@ class SourceReader:
                 break
         calls: dict[Key, deque[Callable[[], Call]]] = {}
         last: dict[Key, tuple[int, str]] = {}
+        sigs = self.tail_sigs + self.comm_sigs if self.sampled else self.tail_sigs
         for line_no, text, info, message in reversed(picked):
-            last[self._tail_line(line_no, text, info, message, calls)] = (line_no, message)
+            last[self._tail_line(line_no, text, info, message, sigs, calls)] = (line_no, message)
         for key, made in calls.items():  # only the calls each process keeps become events (redacted)
             self.ids.proc(key).add_colls(call() for call in made)
         for key, (line_no, message) in last.items():  # redacted once per process, not once per line
@@ -546,34 +548,42 @@ class SourceReader:
             if (self.index, line_no) > proc.last_line_order:
                 proc.last_line, proc.last_line_order = (self.source.name, line_no, kept(message)), (self.index, line_no)
 
-    def _tail_line(self, line_no: int, text: str, info: LineInfo, message: str,
+    def _tail_line(self, line_no: int, text: str, info: LineInfo, message: str, sigs: list[Signature],
                    calls: dict[Key, deque[Callable[[], Call]]]) -> Key:
         """Match one tail line against the tail signatures; the process it belongs to."""
         source = self.source.name
         key = self.ids.identify(source, self.file_rank, info)
-        for sig in self.tail_sigs + self.comm_sigs if self.sampled else self.tail_sigs:
+        for sig in sigs:
             if not any(lit in text for lit in sig.literals):
                 continue
-            caps = sig.match(message)
-            if caps is None:
+            found = sig.regex.search(message)
+            if found is None:
                 continue
-            proc = self.ids.proc(key)
-            line = partial(Event, source=source, line=line_no, key=key, host=info.host, pid=info.pid,
-                           rank=info.rank if info.rank is not None else self.file_rank, order=(self.index, line_no))
             if sig.fact == "comm_init":
+                proc = self.ids.proc(key)
                 if not (any(e.line == line_no and e.source == source for e in proc.facts.get("comm_init", []))
                         or any(r[:2] == (source, line_no) for r in proc.comm_ranks)):
                     # not read in full before: the sample skipped it
-                    self._record_fact(line(sig=sig, caps=caps, text=kept(text), message=kept(message)))
+                    self._record_fact(self._tail_event(sig, captures(found), line_no, text, info, key, message))
                 continue
-            # COLL calls, thousands per job: made into events only if kept, with only the captures
-            # rules/collectives.py reads and no message (the text again)
-            kept_caps = {k: caps[k] for k in ("dtype", "nranks") if k in caps}
+            # COLL calls, thousands per job: made into calls only if kept (most are pushed out by later ones)
             calls.setdefault(key, deque(maxlen=self.coll_tail)).append(
-                lambda caps=caps, sig=sig, kept_caps=kept_caps: (
-                    int(caps["opcount"], 16), caps["op"], int(caps["count"]), caps.get("comm", ""),
-                    line(sig=sig, caps=kept_caps, text=kept(text))))
+                partial(self._call, sig, found, line_no, text, info, key))
         return key
+
+    def _call(self, sig: Signature, found: re.Match[str], line_no: int, text: str, info: LineInfo, key: Key) -> Call:
+        """A kept COLL call, its line an event with only the captures rules/collectives.py reads and no message (the
+        text again)."""
+        caps = captures(found)
+        kept_caps = {k: caps[k] for k in ("dtype", "nranks") if k in caps}
+        return (int(caps["opcount"], 16), caps["op"], int(caps["count"]), caps.get("comm", ""),
+                self._tail_event(sig, kept_caps, line_no, text, info, key))
+
+    def _tail_event(self, sig: Signature, caps: dict[str, str], line_no: int, text: str, info: LineInfo, key: Key,
+                    message: str = "") -> Event:
+        return Event(sig=sig, source=self.source.name, line=line_no, key=key, host=info.host, pid=info.pid,
+                     rank=info.rank if info.rank is not None else self.file_rank, order=(self.index, line_no),
+                     caps=caps, text=kept(text), message=kept(message))
 
 
 @cache

@@ -84,10 +84,12 @@ class Signature:
     def match(self, text: str) -> dict[str, str] | None:
         """Named captures of the first match in `text` (empty dict if none named), or None."""
         m = self.regex.search(text)
-        if not m:
-            return None
-        # interned: the same values (sizes, phases, ids) recur in the captures of thousands of kept lines
-        return {k: sys.intern(v) for k, v in m.groupdict().items() if v is not None}
+        return captures(m) if m else None
+
+
+def captures(m: re.Match[str]) -> dict[str, str]:
+    """A match's named captures; interned: the same values (sizes, phases, ids) recur in thousands of kept lines."""
+    return {k: sys.intern(v) for k, v in m.groupdict().items() if v is not None}
 
 
 def required_literals(pattern: str) -> tuple[str, ...]:
