@@ -6,12 +6,12 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from nccl_doctor.logs.engine import GROUP_IDS, HyperscanEngine, _expressions, _group_by_line, literal_groups, own_literals
 from nccl_doctor.logs.reading import saturating_signatures
-from nccl_doctor.logs.signatures import signatures
+from nccl_doctor.logs.signatures import by_id, signatures
 
 hyperscan = pytest.importorskip("hyperscan")
 
@@ -94,3 +94,22 @@ def test_a_literal_in_another_case_is_not_reported_for_a_case_sensitive_signatur
     line = f"x {strict.literals[0].swapcase()} y\n".encode()
     assert all(strict.index not in ids for _, _, ids in engine().scan(line))
     assert any(strict.index in ids for _, _, ids in engine().scan(f"x {strict.literals[0]} y\n".encode()))
+
+
+_SLOW_AND_COMMON = [s for s in signatures() if s.id in ("pytorch:7d84391150", "channel-transport", "comm-init",
+                                                       "nccl-coll-call")] + [s for s in signatures()][::97]
+
+
+@settings(max_examples=400, deadline=None)
+@example(by_id("cuda:6c4a284e57"), "NCCL WARN Cuda failure 'operation not \u017fupported'")  # long s: caseless s
+@given(st.sampled_from(_SLOW_AND_COMMON), st.lists(st.one_of(
+    st.sampled_from([s.example for s in _SLOW_AND_COMMON]), st.sampled_from(LITERALS),
+    st.builds(_case, st.sampled_from([s.example for s in _SLOW_AND_COMMON]), st.lists(st.booleans(), max_size=40)),
+    st.text(max_size=8), st.sampled_from(["\u017f", "\u212a", "\u0130", "\u0131", "K"])), max_size=4).map(" ".join))
+def test_runs_checked_first_change_no_match(sig, text):
+    """Signature.match looks for the pattern's plain runs before running the regex: the same captures, or None."""
+    from nccl_doctor.logs.signatures import captures
+
+    found = sig.regex.search(text)
+    assert sig.match(text) == (captures(found) if found else None)
+    assert sig.match(sig.example) is not None or sig.regex.search(sig.example) is None

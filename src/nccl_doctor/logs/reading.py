@@ -411,10 +411,11 @@ class SourceReader:
         # templates; a written catch-all (generic) does not hide a template's more precise reading.
         # the other readings are all kept for the weighing. Hints marked `unclaimed` only stand for lines nothing
         # else recognised.
-        if any(not s.prefilter and not s.addon and s.role not in ("hint", "generic") for s, _ in matched):
-            matched = [(s, c) for s, c in matched if not s.prefilter]
-        if any(not s.unclaimed for s, _ in matched):  # recognised: not one of the lines nobody explains
-            matched = [(s, c) for s, c in matched if not s.unclaimed]
+        if len(matched) > 1:  # (one reading is kept as it is)
+            if any(not s.prefilter and not s.addon and s.role not in ("hint", "generic") for s, _ in matched):
+                matched = [(s, c) for s, c in matched if not s.prefilter]
+            if any(not s.unclaimed for s, _ in matched):  # recognised: not one of the lines nobody explains
+                matched = [(s, c) for s, c in matched if not s.unclaimed]
         if sampled:  # a sampled START may have its COMPLETE among the lines not reported: only the tail tells
             matched = [(s, c) for s, c in matched if not (s.fact == "comm_init" and c.get("phase") == "START")]
         new_writer = not self._known(info)

@@ -81,8 +81,24 @@ class Signature:
         """What the line means: each cause it argues for, with its strength."""
         return {self.cause: self.strength, **dict(self.also)} if self.cause else {}
 
+    @cached_property
+    def runs(self) -> tuple[tuple[str, ...], bool]:
+        """literal_runs of the pattern: worked out on first use, like the regex."""
+        return literal_runs(self.pattern)
+
+    def may_match(self, text: str) -> bool:
+        """False where a run of plain characters every match holds is missing: the regex need not run (a few
+        template regexes take 20-350 us on a long line they do not match)."""
+        runs, folded = self.runs
+        if not runs or not text.isascii():  # beyond ASCII, a caseless regex equates more than lower() does
+            return True
+        found_in = text.lower() if folded else text
+        return all(run in found_in for run in runs)
+
     def match(self, text: str) -> dict[str, str] | None:
         """Named captures of the first match in `text` (empty dict if none named), or None."""
+        if not self.may_match(text):
+            return None
         m = self.regex.search(text)
         return captures(m) if m else None
 
@@ -90,6 +106,27 @@ class Signature:
 def captures(m: re.Match[str]) -> dict[str, str]:
     """A match's named captures; interned: the same values (sizes, phases, ids) recur in thousands of kept lines."""
     return {k: sys.intern(v) for k, v in m.groupdict().items() if v is not None}
+
+
+def literal_runs(pattern: str) -> tuple[tuple[str, ...], bool]:
+    """The runs of plain characters at the top level of the pattern (every match holds each), those in ASCII of
+    three characters or more, and whether the pattern ignores case (then the runs are in lower case)."""
+    try:
+        parsed = sre_parse.parse(pattern)
+    except (re.error, sre_constants.error):  # pragma: no cover - patterns are tested to compile
+        return (), False
+    folded = bool(parsed.state.flags & re.IGNORECASE)
+    runs: list[str] = []
+    run: list[str] = []
+    for op, av in [*parsed, (None, None)]:
+        if op is sre_constants.LITERAL:
+            run.append(chr(av))
+            continue
+        if run:
+            runs.append("".join(run))
+            run = []
+    ascii_runs = [r.lower() if folded else r for r in runs if r.isascii() and len(r) >= 3]
+    return tuple(dict.fromkeys(ascii_runs)), folded
 
 
 def required_literals(pattern: str) -> tuple[str, ...]:
