@@ -35,8 +35,8 @@ from .records import (COLL_TAIL, EVENTS_PER_KEY, MAX_EVENTS, WORDS_PER_SOURCE, C
                       coll_tail, kept, words_sample)
 from .resemblance import words
 from .signatures import Signature, captures, signatures
-from .sources import (READ_ERRORS, Chunk, ReadStats, Source, input_size, iter_chunks, looks_binary, newlines,
-                      open_stream, sniff)
+from .sources import (NUMPY_SOURCE, READ_ERRORS, WIDE_COUNT, Chunk, ReadStats, Source, input_size, iter_chunks,
+                      looks_binary, newlines, open_stream, sniff)
 
 TAIL_BYTES = 256 * 1024  # the end of each source read line by line
 TAIL_LINES = 5000  # at most this many lines from the end of each source
@@ -269,6 +269,7 @@ class SourceReader:
         self.pending: set[tuple[Key, str]] | None = set()  # communicators started here, not complete
         self.sampled = False  # whether saturating lines were ever sampled
         self.block = FIRST_BLOCK
+        self.wide = WIDE_COUNT if input_size([source]) >= NUMPY_SOURCE else sys.maxsize  # numpy counts spans this long
 
     def read(self) -> Reading:
         source = self.source
@@ -355,7 +356,7 @@ class SourceReader:
             pos, line_no = 0, first_line
             taken: set[int] = set()  # saturating signatures whose line of this block was read once saturated
             for start, stop, ids in self.engine.scan(block, sampled):
-                line_no += newlines(block, pos, start)  # hits come in line order
+                line_no += newlines(block, pos, start, self.wide)  # hits come in line order
                 pos = start
                 now = sampled or (self._saturated() and self.saturating.issuperset(ids))
                 if now and not sampled:  # saturated within the block: as if sampled from here on
@@ -364,7 +365,7 @@ class SourceReader:
                     taken.update(ids)
                     self.sampled = True
                 self._on_line(line_no, block[start:stop], ids, now)
-            first_line = line_no + newlines(block, pos)
+            first_line = line_no + newlines(block, pos, None, self.wide)
             at = end
         return first_line - chunk.first_line
 
