@@ -457,7 +457,7 @@ def signatures() -> tuple[Signature, ...]:
     literals takes a fifth of a second; the table is kept on disk (logs/disk_cache.py) under a key of the files
     it is made from and of this code."""
     try:
-        name = f"signature-table-{disk_cache.key(TABLE_FORMAT, _made_from())}.json"
+        name = f"signature-table-{disk_cache.key(TABLE_FORMAT, catalog_stamps())}.json"
     except (OSError, TypeError):  # the package is not plain files (a zip): no cache
         return _build()
     blob = disk_cache.read(name)
@@ -471,7 +471,7 @@ def signatures() -> tuple[Signature, ...]:
     return table
 
 
-def _made_from() -> list[tuple[str, int, int]]:
+def catalog_stamps() -> list[tuple[str, int, int]]:
     """Name, size and modification time of the catalog files and modules the table is derived from."""
     catalog, here = resources.files("nccl_doctor.catalog"), Path(__file__).parent
     paths = [catalog / "signatures.toml", catalog / "healthy.log", catalog / "causes.toml",
