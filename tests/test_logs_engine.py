@@ -9,7 +9,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from nccl_doctor.logs.engine import GROUP_IDS, HyperscanEngine, _expressions, _group_by_line, literal_groups, own_literals
+from nccl_doctor.logs.engine import (GROUP_IDS, HyperscanEngine, _expressions, _group_by_line, literal_groups,
+                                     own_literals)
 from nccl_doctor.logs.reading import saturating_signatures
 from nccl_doctor.logs.signatures import by_id, signatures
 

@@ -69,10 +69,11 @@ _NCCL_LINES = st.builds("{}:{}:{} [{}] {}NCCL {}".format, _HOSTS, _IDS, _IDS, st
                         st.sampled_from(["", " ", "[3] "]), _AFTER_NCCL)
 
 
-_AFTER_TAG = st.one_of(st.sampled_from([" step 3 | loss 2.1", "  12: x", " 12: x", " [Rank 3] y", "[E0314 02:10:00 a.cpp:1] z",
-                                         " host-1: Test NCCL failure x", " x [rank4]: y"]),
+_AFTER_TAG = st.one_of(st.sampled_from([" step 3 | loss 2.1", "  12: x", " 12: x", " [Rank 3] y",
+                                        "[E0314 02:10:00 a.cpp:1] z", " host-1: Test NCCL failure x", " x [rank4]: y"]),
                         st.text(alphabet=" aZ1[]:|.-", max_size=20))
-_TAGGED = st.builds("[{}{}]:{}".format, st.sampled_from(["rank", "rank=", "default", ""]), st.integers(0, 99), _AFTER_TAG)
+_TAGGED = st.builds("[{}{}]:{}".format, st.sampled_from(["rank", "rank=", "default", ""]), st.integers(0, 99),
+                    _AFTER_TAG)
 
 
 @settings(max_examples=500, deadline=None)

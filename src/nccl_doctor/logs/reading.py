@@ -35,7 +35,7 @@ from .records import (COLL_TAIL, EVENTS_PER_KEY, MAX_EVENTS, WORDS_PER_SOURCE, C
                       coll_tail, kept, words_sample)
 from .resemblance import words
 from .signatures import Signature, captures, signatures
-from .sources import (NUMPY_SOURCE, READ_ERRORS, WIDE_COUNT, Chunk, ReadStats, Source, input_size, iter_chunks,
+from .sources import (READ_ERRORS, WIDE_COUNT, Chunk, ReadStats, Source, input_size, iter_chunks,
                       looks_binary, newlines, open_stream, sniff)
 
 TAIL_BYTES = 256 * 1024  # the end of each source read line by line
@@ -51,6 +51,8 @@ MAX_PENDING = 4096  # communicators still initialising that a source tracks (bey
 PARALLEL_BYTES = 64 << 20  # below this much input, worker processes cost more than they save
 BATCHES = 8  # batches of files per worker: few readings to send back, yet both cores busy to the end ...
 BATCH_FILES = 64  # ... each of at most this many files (a worker's reading of them stays small)
+NUMPY_SOURCES = 512  # numpy counts newlines when at most this many sources are read: importing it costs each worker
+# 19 MiB and 50 ms, and with thousands of ranks the memory is better spent on what is kept per rank
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 OnBytes = Callable[[int], None]  # told the input bytes read so far
@@ -119,6 +121,7 @@ class Collector:
         self.read_elsewhere: Any = None  # bytes read by worker processes (a shared counter)
         self.coll_tail = COLL_TAIL
         self.words_sample = WORDS_PER_SOURCE
+        self.wide = WIDE_COUNT  # spans whose newlines numpy counts
 
     def add_source(self, source: Source) -> None:
         self.count += 1
@@ -126,7 +129,7 @@ class Collector:
 
     def _read_here(self, source: Source, index: int) -> None:
         self.reading.absorb(SourceReader(source, index, self.engine, self._tick, self.coll_tail,
-                                         self.words_sample).read())
+                                         self.words_sample, self.wide).read())
 
     def _tick(self, n: int = 0) -> None:
         self.read += n
@@ -137,6 +140,7 @@ class Collector:
         workers = workers or _cpus()
         self.coll_tail = coll_tail(len(sources))
         self.words_sample = words_sample(len(sources))
+        self.wide = WIDE_COUNT if len(sources) <= NUMPY_SOURCES else sys.maxsize
         files = [s for s in sources if s.path is not None]
         if workers < 2 or len(files) < 2 or input_size(files) < PARALLEL_BYTES:
             for source in sources:
@@ -149,7 +153,8 @@ class Collector:
         context = multiprocessing.get_context("fork" if fork else "spawn")
         self.read_elsewhere = done = context.Value("q", 0, lock=False)
         batches = _batches(list(enumerate(sources, self.count + 1)), input_size(sources) // (workers * BATCHES))
-        jobs = [(batch, self.coll_tail, self.words_sample) for batch in batches if batch[0][1].path is not None]
+        jobs = [(batch, self.coll_tail, self.words_sample, self.wide) for batch in batches
+                if batch[0][1].path is not None]
         pool = context.Pool(workers, _start_worker, (self.engine if fork else self.engine.name, done))
         try:
             readings = pool.imap(_read_in_worker, jobs)
@@ -211,10 +216,10 @@ def _start_worker(engine: Engine | str, done: Any) -> None:
     _worker.update(engine=default_engine(engine) if isinstance(engine, str) else engine, done=done)
 
 
-def _read_in_worker(job: tuple[list[tuple[int, Source]], int, int]) -> Reading:
+def _read_in_worker(job: tuple[list[tuple[int, Source]], int, int, int]) -> Reading:
     """One reading for a batch of sources: what reading them one by one and adding up their readings gives
     (test_readings_add_up_the_same_in_any_grouping), sent back to the collector at a tenth of the cost."""
-    batch, calls, words_sample = job
+    batch, calls, words_sample, wide = job
     done = _worker["done"]
 
     def on_bytes(n: int) -> None:
@@ -222,7 +227,7 @@ def _read_in_worker(job: tuple[list[tuple[int, Source]], int, int]) -> Reading:
 
     reading = Reading()
     for index, source in batch:
-        reading.absorb(SourceReader(source, index, _worker["engine"], on_bytes, calls, words_sample).read())
+        reading.absorb(SourceReader(source, index, _worker["engine"], on_bytes, calls, words_sample, wide).read())
     return reading
 
 
@@ -251,10 +256,11 @@ class SourceReader:
     """Reads one source into a Reading."""
 
     def __init__(self, source: Source, index: int, engine: Engine, on_bytes: OnBytes | None = None,
-                 coll_tail: int = COLL_TAIL, words_sample: int = WORDS_PER_SOURCE) -> None:
+                 coll_tail: int = COLL_TAIL, words_sample: int = WORDS_PER_SOURCE, wide: int = WIDE_COUNT) -> None:
         self.source = source
         self.coll_tail = coll_tail  # COLL calls kept per process
         self.words_left = words_sample  # bytes of the beginning whose words are still to be kept
+        self.wide = wide  # spans whose newlines numpy counts
         self.index = index
         self.engine = engine
         self.on_bytes = on_bytes  # told each chunk's size
@@ -269,7 +275,6 @@ class SourceReader:
         self.pending: set[tuple[Key, str]] | None = set()  # communicators started here, not complete
         self.sampled = False  # whether saturating lines were ever sampled
         self.block = FIRST_BLOCK
-        self.wide = WIDE_COUNT if input_size([source]) >= NUMPY_SOURCE else sys.maxsize  # numpy counts spans this long
 
     def read(self) -> Reading:
         source = self.source

@@ -225,8 +225,6 @@ def _zstd_opener():
 
 
 WIDE_COUNT = 1 << 16  # spans at least this long have their newlines counted by numpy (6x faster than bytes.count)
-NUMPY_SOURCE = 16 << 20  # ... in sources this large: numpy costs each process that imports it 19 MiB and 50 ms,
-# more than counting a small file's newlines saves (thousands of small files stay in bounded memory)
 
 
 def newlines(data: bytes, start: int = 0, end: int | None = None, wide: int = WIDE_COUNT) -> int:
