@@ -417,7 +417,7 @@ class SourceReader:
         # templates; a written catch-all (generic) does not hide a template's more precise reading.
         # the other readings are all kept for the weighing. Hints marked `unclaimed` only stand for lines nothing
         # else recognised.
-        if len(matched) > 1:  # (one reading is kept as it is)
+        if len(matched) > 1:  # a single reading passes both filters
             if any(not s.prefilter and not s.addon and s.role not in ("hint", "generic") for s, _ in matched):
                 matched = [(s, c) for s, c in matched if not s.prefilter]
             if any(not s.unclaimed for s, _ in matched):  # recognised: not one of the lines nobody explains
