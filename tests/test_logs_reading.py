@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from nccl_doctor.logs import collect_paths, diagnose_paths, diagnose_text
@@ -56,6 +56,40 @@ def test_timestamps_are_read():
 ])
 def test_rank_from_path(path, rank):
     assert rank_from_path(path) == rank
+
+
+_HOSTS = st.one_of(st.text(alphabet="abz09.-_", min_size=1, max_size=12),
+                   st.sampled_from(["gpu-node07", "node.log", "a.out", "2024-01-01T10", "12345", "h.LOG", "x-1.err"]))
+_AFTER_NCCL = st.one_of(st.sampled_from(["INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC", "WARN [Rank 3] x",
+                                         "INFO [rank=2] || y", "[rank=1] || z", "INFO comm 0x1 rank 9 nranks 16",
+                                         "", " 12: x", "INFO [PG 0 Rank 5] Watchdog"]),
+                        st.text(alphabet="aN []:|1.|-", max_size=20))
+_IDS = st.one_of(st.integers(10, 99), st.integers(0, 99999))  # two digits: a pid and tid that read as a time
+_NCCL_LINES = st.builds("{}:{}:{} [{}] {}NCCL {}".format, _HOSTS, _IDS, _IDS, st.integers(0, 15),
+                        st.sampled_from(["", " ", "[3] "]), _AFTER_NCCL)
+
+
+_AFTER_TAG = st.one_of(st.sampled_from([" step 3 | loss 2.1", "  12: x", " 12: x", " [Rank 3] y",
+                                        "[E0314 02:10:00 a.cpp:1] z", " host-1: Test NCCL failure x", " x [rank4]: y"]),
+                        st.text(alphabet=" aZ1[]:|.-", max_size=20))
+_TAGGED = st.builds("[{}{}]:{}".format, st.sampled_from(["rank", "rank=", "default", ""]), st.integers(0, 99),
+                    _AFTER_TAG)
+
+
+@settings(max_examples=500, deadline=None)
+@example("2024-01-01T10:20:57 [0] NCCL INFO Bootstrap")  # a host that reads as a timestamp: the loop's way
+@given(st.one_of(_NCCL_LINES, _TAGGED, st.builds("[rank{}]:{}".format, st.integers(0, 9), _NCCL_LINES),
+                 st.text(max_size=40)))
+def test_common_prefixes_are_read_as_the_loop_reads_them(line):
+    """attribute_common, the shortcut for NCCL's own prefix and torchrun's tag, gives what peeling prefixes one by
+    one gives."""
+    from unittest import mock
+
+    from nccl_doctor.logs import attribution
+
+    fast = attribute(line)
+    with mock.patch.object(attribution, "attribute_common", lambda text: None):
+        assert fast == attribute(line)
 
 
 # ---------------------------------------------------------------- layouts and compression
@@ -350,6 +384,51 @@ def test_readings_add_up_the_same_in_any_grouping(sources, data):
             batches.append(batch)
         in_batches = added_up(batches)
     assert in_batches == one_by_one
+
+
+def test_comm_init_lines_tell_the_rank_and_are_kept_as_four_values_up_to_the_cap():
+    """A process that printed its pid keeps its first COMM_RANKS comm init lines as (source, line, nranks, rank),
+    across readings too; identity resolution takes the rank of its largest communicator from them."""
+    from nccl_doctor.logs import reading, records
+    from nccl_doctor.logs.engine import default_engine
+    from nccl_doctor.logs.sources import Source
+
+    def comm_line(i: int, rank: int, nranks: int) -> str:
+        return (f"node-1:42:43 [1] NCCL INFO comm 0x{i:x}0 rank {rank} nranks {nranks} cudaDev 1 busId 1000 "
+                f"commId 0x{i:x}1 - Init START")
+
+    lines = [comm_line(i, 1, 2) for i in range(10)] + [comm_line(10 + i, 13, 16) for i in range(10)]
+    data = "\n".join(lines).encode()
+    first = reading.SourceReader(Source("job.log", stream=io.BytesIO(data)), 1, default_engine()).read()
+    proc = first.ids.procs[("hp", "node-1", 42)]
+    assert proc.comm_ranks[0] == ("job.log", 1, 2, 1)
+    assert proc.comm_ranks[-1] == ("job.log", records.COMM_RANKS, 16, 13)
+    assert len(proc.comm_ranks) == records.COMM_RANKS and "comm_rank" not in proc.facts
+    second = reading.SourceReader(Source("job.log", stream=io.BytesIO(data)), 2, default_engine()).read()
+    first.absorb(second)
+    assert len(first.ids.procs[("hp", "node-1", 42)].comm_ranks) == records.COMM_RANKS
+    procs, _ = first.ids.resolve()
+    assert [p.ranks for p in procs] == [{13}]
+
+
+def test_a_process_keeps_its_last_calls_and_shares_its_phase_sets():
+    """Thousands of processes: one without COLL calls has no deque, and communicators with the same init phases
+    share one set; what they hold is what a deque and a set per communicator would."""
+    from nccl_doctor.logs.records import COLL_TAIL, Proc
+
+    idle, busy = Proc(), Proc()
+    idle.add_colls([])
+    assert idle.colls == ()
+    busy.add_colls((n, "AllReduce", 1, "0x1", None) for n in range(COLL_TAIL + 5))  # type: ignore[misc]
+    assert [c[0] for c in busy.colls] == list(range(5, COLL_TAIL + 5))
+    for comm in ("0xa", "0xb"):
+        busy.add_comm_phase(comm, "START", 8)
+        busy.add_comm_phase(comm, "COMPLETE", 8)
+    idle.add_comm_phase("0xc", "START", 8)
+    idle.merge(busy)
+    assert busy.init_phases["0xa"] is busy.init_phases["0xb"] is idle.init_phases["0xa"]
+    assert idle.init_phases == {"0xa": {"START", "COMPLETE"}, "0xb": {"START", "COMPLETE"}, "0xc": {"START"}}
+    assert list(idle.colls) == list(busy.colls)
 
 
 def test_a_short_paste_full_of_escapes_is_text_and_nul_bytes_are_binary():

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .attribution import LineInfo
-from .records import Event, Key, Proc
+from .records import CommRank, Key, Proc
 
 
 class Identities:
@@ -108,7 +108,7 @@ class Identities:
     def resolve(self) -> tuple[list[Proc], dict[Key, Proc]]:
         """One Proc per process, in rank order, and the process of every key."""
         for key, proc in list(self.procs.items()):
-            rank = _rank_in_largest_comm(proc.facts.get("comm_rank", []))
+            rank = _rank_in_largest_comm(proc.comm_ranks)
             if rank is not None:
                 self.union(key, ("rank", rank))
                 self.proc(("rank", rank)).ranks.add(rank)
@@ -138,12 +138,12 @@ def _infer_ranks_from_devices(procs: list[Proc]) -> None:
             p.rank_inferred = True
 
 
-def _rank_in_largest_comm(inits: list[Event]) -> int | None:
+def _rank_in_largest_comm(inits: list[CommRank]) -> int | None:
     """A process that is exactly one rank of its largest communicator is that (global) rank."""
     if not inits:
         return None
-    largest = max(int(e.caps.get("nranks", 0)) for e in inits)
-    ranks = {int(e.caps["rank"]) for e in inits if int(e.caps.get("nranks", 0)) == largest}
+    largest = max(nranks for _, _, nranks, _ in inits)
+    ranks = {rank for _, _, nranks, rank in inits if nranks == largest}
     return ranks.pop() if len(ranks) == 1 and largest > 1 else None
 
 

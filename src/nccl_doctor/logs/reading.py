@@ -31,12 +31,12 @@ from . import flight_recorder as fr
 from .attribution import LineInfo, attribute, rank_from_path
 from .engine import Engine, default_engine
 from .identity import Identities
-from .records import (COLL_TAIL, COMM_RANKS, EVENTS_PER_KEY, MAX_EVENTS, WORDS_PER_SOURCE, Collection, Event, Key,
+from .records import (COLL_TAIL, EVENTS_PER_KEY, MAX_EVENTS, WORDS_PER_SOURCE, Call, Collection, Event, Key,
                       coll_tail, kept, words_sample)
 from .resemblance import words
-from .signatures import Signature, signatures
-from .sources import (READ_ERRORS, Chunk, ReadStats, Source, input_size, iter_chunks, looks_binary, newlines,
-                      open_stream, sniff)
+from .signatures import Signature, captures, signatures
+from .sources import (READ_ERRORS, WIDE_COUNT, Chunk, ReadStats, Source, input_size, iter_chunks,
+                      looks_binary, newlines, open_stream, sniff)
 
 TAIL_BYTES = 256 * 1024  # the end of each source read line by line
 TAIL_LINES = 5000  # at most this many lines from the end of each source
@@ -51,10 +51,11 @@ MAX_PENDING = 4096  # communicators still initialising that a source tracks (bey
 PARALLEL_BYTES = 64 << 20  # below this much input, worker processes cost more than they save
 BATCHES = 8  # batches of files per worker: few readings to send back, yet both cores busy to the end ...
 BATCH_FILES = 64  # ... each of at most this many files (a worker's reading of them stays small)
+NUMPY_SOURCES = 512  # numpy counts newlines when at most this many sources are read: importing it costs each worker
+# 19 MiB and 50 ms, and with thousands of ranks the memory is better spent on what is kept per rank
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 OnBytes = Callable[[int], None]  # told the input bytes read so far
-Call = tuple[int, str, int, str, Event]  # a COLL call: opCount, op, count, comm, the line
 
 
 class Reading:
@@ -120,6 +121,7 @@ class Collector:
         self.read_elsewhere: Any = None  # bytes read by worker processes (a shared counter)
         self.coll_tail = COLL_TAIL
         self.words_sample = WORDS_PER_SOURCE
+        self.wide = WIDE_COUNT  # spans whose newlines numpy counts
 
     def add_source(self, source: Source) -> None:
         self.count += 1
@@ -127,7 +129,7 @@ class Collector:
 
     def _read_here(self, source: Source, index: int) -> None:
         self.reading.absorb(SourceReader(source, index, self.engine, self._tick, self.coll_tail,
-                                         self.words_sample).read())
+                                         self.words_sample, self.wide).read())
 
     def _tick(self, n: int = 0) -> None:
         self.read += n
@@ -138,6 +140,7 @@ class Collector:
         workers = workers or _cpus()
         self.coll_tail = coll_tail(len(sources))
         self.words_sample = words_sample(len(sources))
+        self.wide = WIDE_COUNT if len(sources) <= NUMPY_SOURCES else sys.maxsize
         files = [s for s in sources if s.path is not None]
         if workers < 2 or len(files) < 2 or input_size(files) < PARALLEL_BYTES:
             for source in sources:
@@ -150,7 +153,8 @@ class Collector:
         context = multiprocessing.get_context("fork" if fork else "spawn")
         self.read_elsewhere = done = context.Value("q", 0, lock=False)
         batches = _batches(list(enumerate(sources, self.count + 1)), input_size(sources) // (workers * BATCHES))
-        jobs = [(batch, self.coll_tail, self.words_sample) for batch in batches if batch[0][1].path is not None]
+        jobs = [(batch, self.coll_tail, self.words_sample, self.wide) for batch in batches
+                if batch[0][1].path is not None]
         pool = context.Pool(workers, _start_worker, (self.engine if fork else self.engine.name, done))
         try:
             readings = pool.imap(_read_in_worker, jobs)
@@ -212,10 +216,10 @@ def _start_worker(engine: Engine | str, done: Any) -> None:
     _worker.update(engine=default_engine(engine) if isinstance(engine, str) else engine, done=done)
 
 
-def _read_in_worker(job: tuple[list[tuple[int, Source]], int, int]) -> Reading:
+def _read_in_worker(job: tuple[list[tuple[int, Source]], int, int, int]) -> Reading:
     """One reading for a batch of sources: what reading them one by one and adding up their readings gives
     (test_readings_add_up_the_same_in_any_grouping), sent back to the collector at a tenth of the cost."""
-    batch, calls, words_sample = job
+    batch, calls, words_sample, wide = job
     done = _worker["done"]
 
     def on_bytes(n: int) -> None:
@@ -223,7 +227,7 @@ def _read_in_worker(job: tuple[list[tuple[int, Source]], int, int]) -> Reading:
 
     reading = Reading()
     for index, source in batch:
-        reading.absorb(SourceReader(source, index, _worker["engine"], on_bytes, calls, words_sample).read())
+        reading.absorb(SourceReader(source, index, _worker["engine"], on_bytes, calls, words_sample, wide).read())
     return reading
 
 
@@ -252,10 +256,11 @@ class SourceReader:
     """Reads one source into a Reading."""
 
     def __init__(self, source: Source, index: int, engine: Engine, on_bytes: OnBytes | None = None,
-                 coll_tail: int = COLL_TAIL, words_sample: int = WORDS_PER_SOURCE) -> None:
+                 coll_tail: int = COLL_TAIL, words_sample: int = WORDS_PER_SOURCE, wide: int = WIDE_COUNT) -> None:
         self.source = source
         self.coll_tail = coll_tail  # COLL calls kept per process
         self.words_left = words_sample  # bytes of the beginning whose words are still to be kept
+        self.wide = wide  # spans whose newlines numpy counts
         self.index = index
         self.engine = engine
         self.on_bytes = on_bytes  # told each chunk's size
@@ -356,7 +361,7 @@ class SourceReader:
             pos, line_no = 0, first_line
             taken: set[int] = set()  # saturating signatures whose line of this block was read once saturated
             for start, stop, ids in self.engine.scan(block, sampled):
-                line_no += newlines(block, pos, start)  # hits come in line order
+                line_no += newlines(block, pos, start, self.wide)  # hits come in line order
                 pos = start
                 now = sampled or (self._saturated() and self.saturating.issuperset(ids))
                 if now and not sampled:  # saturated within the block: as if sampled from here on
@@ -365,7 +370,7 @@ class SourceReader:
                     taken.update(ids)
                     self.sampled = True
                 self._on_line(line_no, block[start:stop], ids, now)
-            first_line = line_no + newlines(block, pos)
+            first_line = line_no + newlines(block, pos, None, self.wide)
             at = end
         return first_line - chunk.first_line
 
@@ -412,10 +417,11 @@ class SourceReader:
         # templates; a written catch-all (generic) does not hide a template's more precise reading.
         # the other readings are all kept for the weighing. Hints marked `unclaimed` only stand for lines nothing
         # else recognised.
-        if any(not s.prefilter and not s.addon and s.role not in ("hint", "generic") for s, _ in matched):
-            matched = [(s, c) for s, c in matched if not s.prefilter]
-        if any(not s.unclaimed for s, _ in matched):  # recognised: not one of the lines nobody explains
-            matched = [(s, c) for s, c in matched if not s.unclaimed]
+        if len(matched) > 1:  # a single reading passes both filters
+            if any(not s.prefilter and not s.addon and s.role not in ("hint", "generic") for s, _ in matched):
+                matched = [(s, c) for s, c in matched if not s.prefilter]
+            if any(not s.unclaimed for s, _ in matched):  # recognised: not one of the lines nobody explains
+                matched = [(s, c) for s, c in matched if not s.unclaimed]
         if sampled:  # a sampled START may have its COMPLETE among the lines not reported: only the tail tells
             matched = [(s, c) for s, c in matched if not (s.fact == "comm_init" and c.get("phase") == "START")]
         new_writer = not self._known(info)
@@ -428,7 +434,7 @@ class SourceReader:
                              caps=caps, key=key, rank=info.rank if info.rank is not None else self.file_rank,
                              host=info.host, pid=info.pid, ts=info.ts, ts_kind=info.ts_kind, order=order)
             if sig.fact in SATURATING:  # most lines of a log: the event is made (and redacted) only if kept
-                news = self._saturating(sig.fact, caps, key, info.pid, event)
+                news = self._saturating(sig.fact, caps, key, info.pid, event, line_no)
                 self.quiet = 0 if news or new_writer else self.quiet + 1
             else:
                 self._record(event())
@@ -451,7 +457,7 @@ class SourceReader:
         self.reading.keep_event(event)
 
     def _saturating(self, name: str, caps: dict[str, str], key: Key, pid: int | None,
-                    event: Callable[[], Event]) -> bool:
+                    event: Callable[[], Event], line_no: int) -> bool:
         """Record a process's transport or comm init; True when it told something new about the process."""
         proc = self.ids.proc(key)
         if name == "transport":
@@ -463,12 +469,10 @@ class SourceReader:
         phase = caps.get("phase", "")
         news = proc.add_comm_phase(comm, phase, int(caps.get("nranks", 0)))
         self._track_pending(key, comm, phase)
-        ranks, inits = proc.facts.get("comm_rank", ()), proc.facts.get(name, ())
-        if (pid is not None and len(ranks) < COMM_RANKS) or len(inits) < EVENTS_PER_KEY:
-            made = event()
-            if pid is not None:
-                proc.add_fact("comm_rank", made, COMM_RANKS)
-            proc.add_fact(name, made)
+        if pid is not None:
+            proc.add_comm_rank((self.source.name, line_no, int(caps.get("nranks", 0)), int(caps["rank"])))
+        if len(proc.facts.get(name, ())) < EVENTS_PER_KEY:
+            proc.add_fact(name, event())
         return news
 
     def _record_fact(self, event: Event) -> None:
@@ -476,7 +480,7 @@ class SourceReader:
         caps = event.caps
         proc = self.ids.proc(event.key)
         if name in SATURATING:
-            self._saturating(name, caps, event.key, event.pid, lambda: event)
+            self._saturating(name, caps, event.key, event.pid, lambda: event, event.line)
             return
         if name == "nccl_env":
             proc.env.setdefault(caps.get("var", ""), caps.get("value", ""))
@@ -515,9 +519,10 @@ class SourceReader:
         """Read the end of a source backwards until no new process has shown up for a while."""
         if not tail:
             return
-        data = b"".join(c.data for c in tail)
-        first_line = tail[0].first_line
-        lines = data.split(b"\n")
+        data = tail[0].data if len(tail) == 1 else b"".join(c.data for c in tail)
+        # only the last TAIL_LINES lines are split off; the scan counted the lines before them
+        lines = data.rsplit(b"\n", TAIL_LINES + 1)
+        first_line = tail[0].first_line + sum(c.lines for c in tail) + 1 - len(lines)
         if lines and lines[-1] == b"":
             lines.pop()
         picked: list[tuple[int, str, LineInfo, str]] = []
@@ -540,43 +545,52 @@ class SourceReader:
                 break
         calls: dict[Key, deque[Callable[[], Call]]] = {}
         last: dict[Key, tuple[int, str]] = {}
+        sigs = self.tail_sigs + self.comm_sigs if self.sampled else self.tail_sigs
         for line_no, text, info, message in reversed(picked):
-            last[self._tail_line(line_no, text, info, message, calls)] = (line_no, message)
+            last[self._tail_line(line_no, text, info, message, sigs, calls)] = (line_no, message)
         for key, made in calls.items():  # only the calls each process keeps become events (redacted)
-            self.ids.proc(key).colls.extend(call() for call in made)
+            self.ids.proc(key).add_colls(call() for call in made)
         for key, (line_no, message) in last.items():  # redacted once per process, not once per line
             proc = self.ids.proc(key)
             if (self.index, line_no) > proc.last_line_order:
                 proc.last_line, proc.last_line_order = (self.source.name, line_no, kept(message)), (self.index, line_no)
 
-    def _tail_line(self, line_no: int, text: str, info: LineInfo, message: str,
+    def _tail_line(self, line_no: int, text: str, info: LineInfo, message: str, sigs: list[Signature],
                    calls: dict[Key, deque[Callable[[], Call]]]) -> Key:
         """Match one tail line against the tail signatures; the process it belongs to."""
         source = self.source.name
         key = self.ids.identify(source, self.file_rank, info)
-        for sig in self.tail_sigs + self.comm_sigs if self.sampled else self.tail_sigs:
+        for sig in sigs:
             if not any(lit in text for lit in sig.literals):
                 continue
-            caps = sig.match(message)
-            if caps is None:
+            found = sig.regex.search(message)
+            if found is None:
                 continue
-            proc = self.ids.proc(key)
-            line = partial(Event, source=source, line=line_no, key=key, host=info.host, pid=info.pid,
-                           rank=info.rank if info.rank is not None else self.file_rank, order=(self.index, line_no))
             if sig.fact == "comm_init":
-                if not any(e.line == line_no and e.source == source
-                           for name in ("comm_init", "comm_rank") for e in proc.facts.get(name, [])):
+                proc = self.ids.proc(key)
+                if not (any(e.line == line_no and e.source == source for e in proc.facts.get("comm_init", []))
+                        or any(r[:2] == (source, line_no) for r in proc.comm_ranks)):
                     # not read in full before: the sample skipped it
-                    self._record_fact(line(sig=sig, caps=caps, text=kept(text), message=kept(message)))
+                    self._record_fact(self._tail_event(sig, captures(found), line_no, text, info, key, message))
                 continue
-            # COLL calls, thousands per job: made into events only if kept, with only the captures
-            # rules/collectives.py reads and no message (the text again)
-            kept_caps = {k: caps[k] for k in ("dtype", "nranks") if k in caps}
+            # COLL calls, thousands per job: made into calls only if kept (most are pushed out by later ones)
             calls.setdefault(key, deque(maxlen=self.coll_tail)).append(
-                lambda caps=caps, sig=sig, kept_caps=kept_caps: (
-                    int(caps["opcount"], 16), caps["op"], int(caps["count"]), caps.get("comm", ""),
-                    line(sig=sig, caps=kept_caps, text=kept(text))))
+                partial(self._call, sig, found, line_no, text, info, key))
         return key
+
+    def _call(self, sig: Signature, found: re.Match[str], line_no: int, text: str, info: LineInfo, key: Key) -> Call:
+        """A kept COLL call, its line an event with only the captures rules/collectives.py reads and no message (the
+        text again)."""
+        caps = captures(found)
+        kept_caps = {k: caps[k] for k in ("dtype", "nranks") if k in caps}
+        return (int(caps["opcount"], 16), caps["op"], int(caps["count"]), caps.get("comm", ""),
+                self._tail_event(sig, kept_caps, line_no, text, info, key))
+
+    def _tail_event(self, sig: Signature, caps: dict[str, str], line_no: int, text: str, info: LineInfo, key: Key,
+                    message: str = "") -> Event:
+        return Event(sig=sig, source=self.source.name, line=line_no, key=key, host=info.host, pid=info.pid,
+                     rank=info.rank if info.rank is not None else self.file_rank, order=(self.index, line_no),
+                     caps=caps, text=kept(text), message=kept(message))
 
 
 @cache

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,10 +39,12 @@ def words_sample(sources: int) -> int:
 
 
 COMM_RANKS = 16  # comm init lines kept per process to tell its global rank
+CommRank = tuple[str, int, int, int]  # a comm init line as kept to tell the rank: source, line, nranks, rank
 MAX_COMMS = 64  # communicators whose init phases are kept per process
 MAX_DEVS = 4  # GPU indexes kept per process
 
 Key = tuple[Any, ...]
+Call = tuple[int, str, int, str, "Event"]  # a COLL call: opCount, op, count, comm, the line
 
 
 @dataclass(slots=True)
@@ -67,7 +70,7 @@ class Event:
         return self.sig.cause
 
 
-@dataclass
+@dataclass(slots=True)  # thousands of them: no dict of attributes each
 class Proc:
     """Facts about one process (one rank, or the ranks one process drives), merged over its keys."""
 
@@ -81,12 +84,15 @@ class Proc:
     facts: dict[str, list[Event]] = field(default_factory=lambda: defaultdict(list))
     env: dict[str, str] = field(default_factory=dict)
     transports: set[str] = field(default_factory=set)
-    init_phases: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    init_phases: dict[str, frozenset[str]] = field(default_factory=dict)  # per communicator, shared (_phases)
     comm_sizes: dict[str, int] = field(default_factory=dict)
     last_line: tuple[str, int, str] | None = None
     last_line_order: tuple[int, int] = (-1, -1)
-    colls: deque[tuple[int, str, int, str, Event]] = field(default_factory=lambda: deque(maxlen=COLL_TAIL))
+    colls: deque[Call] | tuple[()] = ()  # the last COLL_TAIL, in a deque made with the first (add_colls)
     fr: DumpSummary | None = None
+    # the first comm init lines of a process that printed its pid; only identity resolution reads them (then they
+    # go), so they are kept as four values, not as events (a tenth of the memory, which thousands of ranks need)
+    comm_ranks: list[CommRank] = field(default_factory=list)
 
     def fact(self, name: str) -> Event | None:
         events = self.facts.get(name)
@@ -105,6 +111,17 @@ class Proc:
         if len(events) < room:
             events.append(event)
 
+    def add_comm_rank(self, comm_rank: CommRank) -> None:
+        if len(self.comm_ranks) < COMM_RANKS:
+            self.comm_ranks.append(comm_rank)
+
+    def add_colls(self, calls: Iterable[Call]) -> None:
+        """Keep the last COLL_TAIL calls. Most processes of a large job show none: no deque (750 bytes) for them."""
+        for call in calls:
+            if not isinstance(self.colls, deque):
+                self.colls = deque(maxlen=COLL_TAIL)
+            self.colls.append(call)
+
     def add_dev(self, dev: int) -> None:
         """The GPU indexes a process printed, its MAX_DEVS lowest: the same whichever readings brought them."""
         self.devs.add(dev)
@@ -114,7 +131,7 @@ class Proc:
     def add_comm_phase(self, comm: str, phase: str, nranks: int) -> bool:
         """Record a communicator's init phase; True when the process had not shown this phase before."""
         news = not any(phase in phases for phases in self.init_phases.values())
-        self.init_phases[comm].add(phase)
+        self.init_phases[comm] = _phases(self.init_phases.get(comm, frozenset()) | {phase})
         self.comm_sizes[comm] = nranks
         if len(self.init_phases) > MAX_COMMS:
             self._forget_a_comm()
@@ -146,7 +163,9 @@ class Proc:
                 self.facts[name] = list(events)
                 continue
             for event in events:
-                self.add_fact(name, event, COMM_RANKS if name == "comm_rank" else EVENTS_PER_KEY)
+                self.add_fact(name, event)
+        for comm_rank in other.comm_ranks:
+            self.add_comm_rank(comm_rank)
         for var, value in other.env.items():
             self.env.setdefault(var, value)
         self.transports |= other.transports
@@ -154,7 +173,7 @@ class Proc:
             for phase in sorted(phases, reverse=True):  # START before COMPLETE
                 self.add_comm_phase(comm, phase, other.comm_sizes.get(comm, 0))
         self.take_last_line(other)
-        self.colls.extend(other.colls)
+        self.add_colls(other.colls)
         self.fr = other.fr or self.fr
 
     def merge(self, other: Proc) -> None:
@@ -166,24 +185,29 @@ class Proc:
         self.devs |= other.devs
         self.sources |= other.sources
         for name, events in other.facts.items():
-            if name == "comm_rank":
-                continue
             room = EVENTS_PER_KEY - len(self.facts[name])
             self.facts[name].extend(events[:max(0, room)])
         for var, value in other.env.items():
             self.env.setdefault(var, value)
         self.transports |= other.transports
         for comm, phases in other.init_phases.items():
-            self.init_phases[comm] |= phases
+            self.init_phases[comm] = _phases(self.init_phases.get(comm, frozenset()) | phases)
         self.comm_sizes.update(other.comm_sizes)
         self.take_last_line(other)
-        for item in other.colls:
-            self.colls.append(item)
+        self.add_colls(other.colls)
         self.fr = self.fr or other.fr
 
     def take_last_line(self, other: Proc) -> None:
         if other.last_line_order > self.last_line_order:
             self.last_line, self.last_line_order = other.last_line, other.last_line_order
+
+
+_PHASE_SETS: dict[frozenset[str], frozenset[str]] = {}
+
+
+def _phases(phases: frozenset[str]) -> frozenset[str]:
+    """One object per set of init phases (there are three): not a set per communicator of thousands of processes."""
+    return _PHASE_SETS.setdefault(phases, phases)
 
 
 def _span(values: set[int]) -> str:

@@ -81,13 +81,52 @@ class Signature:
         """What the line means: each cause it argues for, with its strength."""
         return {self.cause: self.strength, **dict(self.also)} if self.cause else {}
 
+    @cached_property
+    def runs(self) -> tuple[tuple[str, ...], bool]:
+        """literal_runs of the pattern: worked out on first use, like the regex."""
+        return literal_runs(self.pattern)
+
+    def may_match(self, text: str) -> bool:
+        """False where a run of plain characters every match holds is missing: the regex need not run (a few
+        template regexes take 20-350 us on a long line they do not match)."""
+        runs, folded = self.runs
+        if not runs or not text.isascii():  # beyond ASCII, a caseless regex equates more than lower() does
+            return True
+        found_in = text.lower() if folded else text
+        return all(run in found_in for run in runs)
+
     def match(self, text: str) -> dict[str, str] | None:
         """Named captures of the first match in `text` (empty dict if none named), or None."""
-        m = self.regex.search(text)
-        if not m:
+        if not self.may_match(text):
             return None
-        # interned: the same values (sizes, phases, ids) recur in the captures of thousands of kept lines
-        return {k: sys.intern(v) for k, v in m.groupdict().items() if v is not None}
+        m = self.regex.search(text)
+        return captures(m) if m else None
+
+
+def captures(m: re.Match[str]) -> dict[str, str]:
+    """A match's named captures; interned: the same values (sizes, phases, ids) recur in thousands of kept lines."""
+    return {k: sys.intern(v) for k, v in m.groupdict().items() if v is not None}
+
+
+def literal_runs(pattern: str) -> tuple[tuple[str, ...], bool]:
+    """The runs of plain characters at the top level of the pattern (every match holds each), those in ASCII of
+    three characters or more, and whether the pattern ignores case (then the runs are in lower case)."""
+    try:
+        parsed = sre_parse.parse(pattern)
+    except (re.error, sre_constants.error):  # pragma: no cover - patterns are tested to compile
+        return (), False
+    folded = bool(parsed.state.flags & re.IGNORECASE)
+    runs: list[str] = []
+    run: list[str] = []
+    for op, av in [*parsed, (None, None)]:
+        if op is sre_constants.LITERAL:
+            run.append(chr(av))
+            continue
+        if run:
+            runs.append("".join(run))
+            run = []
+    ascii_runs = [r.lower() if folded else r for r in runs if r.isascii() and len(r) >= 3]
+    return tuple(dict.fromkeys(ascii_runs)), folded
 
 
 def required_literals(pattern: str) -> tuple[str, ...]:
@@ -418,7 +457,7 @@ def signatures() -> tuple[Signature, ...]:
     literals takes a fifth of a second; the table is kept on disk (logs/disk_cache.py) under a key of the files
     it is made from and of this code."""
     try:
-        name = f"signature-table-{disk_cache.key(TABLE_FORMAT, _made_from())}.json"
+        name = f"signature-table-{disk_cache.key(TABLE_FORMAT, catalog_stamps())}.json"
     except (OSError, TypeError):  # the package is not plain files (a zip): no cache
         return _build()
     blob = disk_cache.read(name)
@@ -432,7 +471,7 @@ def signatures() -> tuple[Signature, ...]:
     return table
 
 
-def _made_from() -> list[tuple[str, int, int]]:
+def catalog_stamps() -> list[tuple[str, int, int]]:
     """Name, size and modification time of the catalog files and modules the table is derived from."""
     catalog, here = resources.files("nccl_doctor.catalog"), Path(__file__).parent
     paths = [catalog / "signatures.toml", catalog / "healthy.log", catalog / "causes.toml",
