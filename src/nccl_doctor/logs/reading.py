@@ -36,16 +36,16 @@ from .records import (COLL_TAIL, EVENTS_PER_KEY, MAX_EVENTS, WORDS_PER_SOURCE, C
 from .resemblance import words
 from .signatures import Signature, captures, signatures
 from .sources import (READ_ERRORS, WIDE_COUNT, Chunk, ReadStats, Source, input_size, iter_chunks,
-                      looks_binary, newlines, open_stream, sniff)
+                      looks_binary, newlines, open_stream, sniff, warm_numpy)
 
 TAIL_BYTES = 256 * 1024  # the end of each source read line by line
 TAIL_LINES = 5000  # at most this many lines from the end of each source
-TAIL_QUIET = 300  # ... stopping once this many lines brought no new process
+TAIL_QUIET = 100  # ... stopping once this many lines brought no new process
 HINTS_HEAD = 12  # context lines kept per hint: the first ones ...
 HINTS_TAIL = 12  # ... and the last ones
 GLOBAL_FACTS = 64
 SATURATING = ("transport", "comm_init")
-QUIET_SATURATED = 128  # saturating lines in a row that told nothing new before a source is sampled
+QUIET_SATURATED = 64  # saturating lines in a row that told nothing new before a source is sampled
 FIRST_BLOCK = 16 * 1024  # read in full, a source is scanned in blocks that double from this up to a chunk
 MAX_PENDING = 4096  # communicators still initialising that a source tracks (beyond: never sampled)
 PARALLEL_BYTES = 64 << 20  # below this much input, worker processes cost more than they save
@@ -136,20 +136,26 @@ class Collector:
         if self.on_bytes:
             self.on_bytes(self.read + (self.read_elsewhere.value if self.read_elsewhere is not None else 0))
 
-    def add_sources(self, sources: list[Source], workers: int | None = None) -> None:
+    def add_sources(self, sources: list[Source], workers: int | None = None,
+                    meanwhile: Callable[[], object] | None = None) -> None:
+        """Read the sources; `meanwhile` runs once in this process while workers read (first, without them)."""
         workers = workers or _cpus()
         self.coll_tail = coll_tail(len(sources))
         self.words_sample = words_sample(len(sources))
         self.wide = WIDE_COUNT if len(sources) <= NUMPY_SOURCES else sys.maxsize
         files = [s for s in sources if s.path is not None]
         if workers < 2 or len(files) < 2 or input_size(files) < PARALLEL_BYTES:
+            if meanwhile is not None:
+                meanwhile()
             for source in sources:
                 self.add_source(source)
             return
-        self._add_in_parallel(sources, min(workers, len(files)))
+        self._add_in_parallel(sources, min(workers, len(files)), meanwhile)
 
-    def _add_in_parallel(self, sources: list[Source], workers: int) -> None:
+    def _add_in_parallel(self, sources: list[Source], workers: int, meanwhile: Callable[[], object] | None) -> None:
         fork = sys.platform == "linux"  # workers inherit the compiled engine; elsewhere they load it again
+        if fork and self.wide != sys.maxsize:
+            warm_numpy()  # imported once here, not once in each worker (50 ms and more while the others start)
         context = multiprocessing.get_context("fork" if fork else "spawn")
         self.read_elsewhere = done = context.Value("q", 0, lock=False)
         batches = _batches(list(enumerate(sources, self.count + 1)), input_size(sources) // (workers * BATCHES))
@@ -158,6 +164,8 @@ class Collector:
         pool = context.Pool(workers, _start_worker, (self.engine if fork else self.engine.name, done))
         try:
             readings = pool.imap(_read_in_worker, jobs)
+            if meanwhile is not None:
+                meanwhile()
             for batch in batches:
                 index, source = batch[0]
                 if source.path is None:  # stdin stays with this process

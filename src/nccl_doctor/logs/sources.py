@@ -243,6 +243,11 @@ def _numpy() -> Any:
     return numpy
 
 
+def warm_numpy() -> None:
+    """Import numpy now: processes forked afterwards share it instead of each importing it."""
+    _numpy()
+
+
 def iter_chunks(stream: BinaryIO, stats: ReadStats, chunk_size: int = CHUNK_SIZE,
                 max_line: int = MAX_LINE, numbered: bool = True) -> Iterator[Chunk]:
     """Chunks of whole lines; lines longer than max_line are cut there (the rest is skipped).
