@@ -34,13 +34,16 @@ from .identity import Identities
 from .records import (COLL_TAIL, EVENTS_PER_KEY, MAX_EVENTS, WORDS_PER_SOURCE, Call, Collection, Event, Key,
                       coll_tail, kept, words_sample)
 from .resemblance import words
-from .signatures import Signature, captures, signatures
+from .fragments import index as fragment_index
+from .signatures import Signature, captures, signatures, template_signature
 from .sources import (READ_ERRORS, WIDE_COUNT, Chunk, ReadStats, Source, input_size, iter_chunks,
                       looks_binary, newlines, open_stream, sniff, warm_numpy)
 
 TAIL_BYTES = 256 * 1024  # the end of each source read line by line
 TAIL_LINES = 5000  # at most this many lines from the end of each source
 TAIL_QUIET = 100  # ... stopping once this many lines brought no new process
+FRAGMENT_BYTES = 64 * 1024  # sources up to this size (pasted excerpts) have their unclaimed lines read in part
+FRAGMENT_MIN_LINE = 20  # ... those at least this long
 HINTS_HEAD = 12  # context lines kept per hint: the first ones ...
 HINTS_TAIL = 12  # ... and the last ones
 GLOBAL_FACTS = 64
@@ -283,6 +286,7 @@ class SourceReader:
         self.pending: set[tuple[Key, str]] | None = set()  # communicators started here, not complete
         self.sampled = False  # whether saturating lines were ever sampled
         self.block = FIRST_BLOCK
+        self.claimed: set[int] | None = set()  # lines a signature recognised, while the source is small
 
     def read(self) -> Reading:
         source = self.source
@@ -326,6 +330,8 @@ class SourceReader:
         lines = 0
         for chunk in iter_chunks(stream, stats, numbered=False):  # numbered here, by the scan's own count
             out.bytes += len(chunk.data)
+            if out.bytes > FRAGMENT_BYTES:
+                self.claimed = None
             if self.words_left > 0:
                 sample = chunk.data[:self.words_left]
                 out.words |= words(sample)
@@ -340,6 +346,8 @@ class SourceReader:
             if self.on_bytes:
                 self.on_bytes(len(chunk.data))
         self._read_tail(tail)
+        if self.claimed is not None and tail:
+            self._read_fragments(tail)
         out.lines += lines
         out.source_lines[source.name] = lines
         if stats.problem:
@@ -430,6 +438,8 @@ class SourceReader:
                 matched = [(s, c) for s, c in matched if not s.prefilter]
             if any(not s.unclaimed for s, _ in matched):  # recognised: not one of the lines nobody explains
                 matched = [(s, c) for s, c in matched if not s.unclaimed]
+        if self.claimed is not None and any(not s.unclaimed for s, _ in matched):
+            self.claimed.add(line_no)
         if sampled:  # a sampled START may have its COMPLETE among the lines not reported: only the tail tells
             matched = [(s, c) for s, c in matched if not (s.fact == "comm_init" and c.get("phase") == "START")]
         new_writer = not self._known(info)
@@ -562,6 +572,24 @@ class SourceReader:
             proc = self.ids.proc(key)
             if (self.index, line_no) > proc.last_line_order:
                 proc.last_line, proc.last_line_order = (self.source.name, line_no, kept(message)), (self.index, line_no)
+
+    def _read_fragments(self, tail: deque[Chunk]) -> None:
+        """Lines of a small source that no signature recognised, read as the source template they hold most of
+        (logs/fragments.py): a message cut at the terminal's edge or reworded by a wrapper."""
+        claimed = self.claimed or set()
+        data = b"".join(c.data for c in tail)  # the whole source: it is smaller than the tail
+        for line_no, raw in enumerate(data.split(b"\n"), tail[0].first_line):
+            if line_no in claimed or len(raw) < FRAGMENT_MIN_LINE:
+                continue
+            text = _clean(raw)
+            info = attribute(text)
+            found = fragment_index().read(info.message)
+            sig = template_signature(found.template) if found else None
+            if found is None or sig is None:
+                continue
+            key = self.ids.identify(self.source.name, self.file_rank, info)
+            self.reading.keep_hint("template_fragment", self._tail_event(
+                sig, {"coverage": str(found.coverage), "template": found.template.text}, line_no, text, info, key, info.message))
 
     def _tail_line(self, line_no: int, text: str, info: LineInfo, message: str, sigs: list[Signature],
                    calls: dict[Key, deque[Callable[[], Call]]]) -> Key:

@@ -34,7 +34,7 @@ from .templates import example as template_example
 from .templates import literal as template_literal
 from .templates import stored_meanings
 from .templates import pattern as template_pattern
-from .templates import templates
+from .templates import Template, templates
 from . import disk_cache
 
 ROLES = ("root", "generic", "echo", "timeout", "fact", "hint")
@@ -531,6 +531,18 @@ def signature_at(index: int) -> Signature:
     return signatures()[index]
 
 
+def template_id(tpl: Template) -> str:
+    """A template signature's id: its project and a digest of its text (releases that print it share it)."""
+    return f"{tpl.project}:{hashlib.sha1(tpl.text.encode()).hexdigest()[:10]}"
+
+
+@cache
+def template_signature(tpl: Template) -> Signature | None:
+    """The signature made from a template (None for templates too vague to have one)."""
+    wanted = template_id(tpl)
+    return next((s for s in signatures() if s.id == wanted), None)
+
+
 def template_signatures(start: int, common: CommonText) -> tuple[Signature, ...]:
     """One signature per source template (logs/templates.py), after the written ones."""
     out: list[Signature] = []
@@ -542,7 +554,7 @@ def template_signatures(start: int, common: CommonText) -> tuple[Signature, ...]
             meaning = None
         if meaning is None or regex is None:
             continue  # unclaimed (a test forbids it) or too little fixed text to recognise
-        sig_id = f"{tpl.project}:{hashlib.sha1(tpl.text.encode()).hexdigest()[:10]}"
+        sig_id = template_id(tpl)
         if sig_id in seen:
             continue
         seen.add(sig_id)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from ...catalog import cause as lookup_cause
 from ...model import Severity
 from ..records import Event
-from ..evidence import Clue, LogView, clip, hosts_in, ranks_of, who
+from ..evidence import Clue, LogView, clip, hosts_in, observation, ranks_of, who
 from ...catalog.env_vars import version_tuple
 from .. import resemblance
 from ..signatures import Fallback, fallback, signatures
@@ -104,6 +104,25 @@ def rule_known_bugs(view: LogView) -> Iterator[Clue]:
 
 def dotted(version: tuple[int, ...]) -> str:
     return ".".join(map(str, version))
+
+
+@rule("template-fragment")
+def rule_fragments(view: LogView) -> Iterator[Clue]:
+    """Lines that hold most of a source template's words: the template's cause, weaker by the share missing."""
+    by_template: dict[str, list[Event]] = {}
+    for e in view.hint("template_fragment"):
+        by_template.setdefault(e.sig.id, []).append(e)
+    base = observation("template-fragment")
+    for events in by_template.values():
+        sig = events[0].sig
+        if sig.cause is None:
+            continue
+        coverage = max(float(e.caps.get("coverage", 0)) for e in events)
+        yield Clue("template-fragment", f"{who(events)}{clip(events[0].message)} - reads as "
+                   f"{clip(events[0].caps.get('template', ''), 90)!r} ({coverage:.0%} of its words; "
+                   f"{sig.note.split(' - ')[0]})", events=tuple(events),
+                   cause=sig.cause, strength=round(base.causes[sig.cause] * sig.strength * coverage, 3),
+                   ranks=ranks_of(events) | named_ranks(events), hosts=hosts_in(events))
 
 
 @rule("unrecognised-error")
