@@ -1,5 +1,6 @@
-"""Messages recognised from most of their words (logs/fragments.py): a line cut at the terminal's edge or reworded
-by a wrapper reads as its source template, weaker than an exact match, and only in small sources."""
+"""Lines of a pasted excerpt that no signature recognised: a line wrapped at a terminal's width is read joined
+with the next, and a message cut at the edge or reworded by a wrapper reads as its source template from most of
+its words (logs/fragments.py), weaker than an exact match. Only in small sources."""
 
 from __future__ import annotations
 
@@ -93,3 +94,26 @@ def test_a_template_cut_by_a_word_at_either_end_still_reads_as_a_template_with_i
     assert found is not None
     assert covered(tuple(tokens(" ".join(cut))), tokens(" ".join(words))) == 1.0
     assert found.coverage >= round(covered(entry.words, tokens(" ".join(cut))), 2)
+
+
+WATCHDOG = ("[rank3]:[E ProcessGroupNCCL.cpp:563] [Rank 3] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=15037, OpType=_ALLGATHER_BASE, NumelIn=131072512, NumelOut=524290048, "
+            "Timeout(ms)=600000) ran for 600055 milliseconds before timing out.")
+
+
+def test_a_line_wrapped_mid_word_is_read_joined_with_the_next():
+    cut = WATCHDOG.index("Timeo") + len("Timeo")
+    primary = diagnose_text(WATCHDOG[:cut] + "\n" + WATCHDOG[cut:] + "\n")[0]
+    assert primary.cause == "collective-timeout" and primary.ranks == [3]
+    assert "SeqNum=15037" in primary.message
+
+
+def test_a_line_wrapped_at_a_space_is_read_joined_with_the_next():
+    text = "host-1:1:1 [0] init.cc:42 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000"
+    cut = text.index(" both on")
+    primary = diagnose_text(text[:cut] + "\n" + text[cut + 1:] + "\n")[0]
+    assert primary.cause == "duplicate-gpu"
+
+
+def test_lines_that_mean_nothing_joined_stay_nothing():
+    assert diagnose_text("Loading checkpoint shards from /data/model, please wait\nEpoch 1 finished in 93 s\n") == []

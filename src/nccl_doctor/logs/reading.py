@@ -42,7 +42,7 @@ from .sources import (READ_ERRORS, WIDE_COUNT, Chunk, ReadStats, Source, input_s
 TAIL_BYTES = 256 * 1024  # the end of each source read line by line
 TAIL_LINES = 5000  # at most this many lines from the end of each source
 TAIL_QUIET = 100  # ... stopping once this many lines brought no new process
-FRAGMENT_BYTES = 64 * 1024  # sources up to this size (pasted excerpts) have their unclaimed lines read in part
+FRAGMENT_BYTES = 64 * 1024  # sources up to this size (pasted excerpts) have their unclaimed lines read again
 FRAGMENT_MIN_LINE = 20  # ... those at least this long
 HINTS_HEAD = 12  # context lines kept per hint: the first ones ...
 HINTS_TAIL = 12  # ... and the last ones
@@ -347,7 +347,7 @@ class SourceReader:
                 self.on_bytes(len(chunk.data))
         self._read_tail(tail)
         if self.claimed is not None and tail:
-            self._read_fragments(tail)
+            self._read_unclaimed(tail)
         out.lines += lines
         out.source_lines[source.name] = lines
         if stats.problem:
@@ -573,23 +573,44 @@ class SourceReader:
             if (self.index, line_no) > proc.last_line_order:
                 proc.last_line, proc.last_line_order = (self.source.name, line_no, kept(message)), (self.index, line_no)
 
-    def _read_fragments(self, tail: deque[Chunk]) -> None:
-        """Lines of a small source that no signature recognised, read as the source template they hold most of
-        (logs/fragments.py): a message cut at the terminal's edge or reworded by a wrapper."""
+    def _read_unclaimed(self, tail: deque[Chunk]) -> None:
+        """Lines of a small source (a pasted excerpt) that no signature recognised: one wrapped at a terminal's or
+        an issue's width is read again joined with the next; one that holds most of a source template's words is
+        read as that template (logs/fragments.py): a message cut at the edge or reworded by a wrapper."""
         claimed = self.claimed or set()
-        data = b"".join(c.data for c in tail)  # the whole source: it is smaller than the tail
-        for line_no, raw in enumerate(data.split(b"\n"), tail[0].first_line):
+        lines = b"".join(c.data for c in tail).split(b"\n")  # the whole source: it is smaller than the tail
+        first = tail[0].first_line
+        for i, raw in enumerate(lines):
+            line_no = first + i
             if line_no in claimed or len(raw) < FRAGMENT_MIN_LINE:
                 continue
-            text = _clean(raw)
-            info = attribute(text)
-            found = fragment_index().read(info.message)
-            sig = template_signature(found.template) if found else None
-            if found is None or sig is None:
+            if i + 1 < len(lines) and line_no + 1 not in claimed and self._read_wrapped(line_no, raw, lines[i + 1]):
+                claimed.add(line_no + 1)
                 continue
-            key = self.ids.identify(self.source.name, self.file_rank, info)
-            self.reading.keep_hint("template_fragment", self._tail_event(
-                sig, {"coverage": str(found.coverage), "template": found.template.text}, line_no, text, info, key, info.message))
+            self._read_fragment(line_no, raw)
+
+    def _read_wrapped(self, line_no: int, raw: bytes, following: bytes) -> bool:
+        """Whether the line joined with the following one (as cut mid-word, else at a space) is recognised."""
+        for glue in (b"", b" "):
+            joined = raw.rstrip(b"\r") + glue + following.rstrip(b"\r")
+            ids = [i for _, _, found in self.engine.scan(joined) for i in found if not self.sigs[i].unclaimed]
+            if ids:
+                self._on_line(line_no, joined, ids)
+                if line_no in (self.claimed or ()):
+                    return True
+        return False
+
+    def _read_fragment(self, line_no: int, raw: bytes) -> None:
+        text = _clean(raw)
+        info = attribute(text)
+        found = fragment_index().read(info.message)
+        sig = template_signature(found.template) if found else None
+        if found is None or sig is None:
+            return
+        key = self.ids.identify(self.source.name, self.file_rank, info)
+        self.reading.keep_hint("template_fragment", self._tail_event(
+            sig, {"coverage": str(found.coverage), "template": found.template.text}, line_no, text, info, key,
+            info.message))
 
     def _tail_line(self, line_no: int, text: str, info: LineInfo, message: str, sigs: list[Signature],
                    calls: dict[Key, deque[Callable[[], Call]]]) -> Key:
