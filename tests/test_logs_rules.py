@@ -350,3 +350,33 @@ def test_every_device_of_a_socket_list_is_judged_not_only_the_first():
     text = ("node-1:7:7 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.4<0> [1]docker0:172.17.0.1<0>\n"
             "node-2:7:7 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.5<0> [1]docker0:172.17.0.1<0>")
     assert "docker0" in " ".join(f.message for f in diagnose_text(text))
+
+
+# ---------------------------------------------------------------------------- main_process_first
+
+MAIN_PROCESS_FIRST = ('  File "/src/train.py", line 216, in preprocess\n'
+                      '    with training_args.main_process_first(desc="dataset map pre-processing"):\n'
+                      '  File "/usr/lib/python3.10/contextlib.py", line 135, in __enter__\n'
+                      '    return next(self.gen)\n')
+
+
+def test_a_timeout_inside_main_process_first_is_the_main_process_preprocessing():
+    text = MAIN_PROCESS_FIRST + _timeouts([1], op="_ALLGATHER_BASE", n=1, seq=1)
+    assert "rank0-preprocessing" in _ranked(diagnose_text(text))[:1]
+
+
+def test_an_error_the_barrier_raised_at_once_is_not_waiting_for_the_main_process():
+    text = MAIN_PROCESS_FIRST + (
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1331, unhandled cuda error "
+        "(run with NCCL_DEBUG=INFO for details), NCCL version 2.18.5\n"
+        "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\nCuda failure 'invalid argument'\n")
+    assert "rank0-preprocessing" not in _ranked(diagnose_text(text))
+
+
+# ---------------------------------------------------------------------------- settings
+
+def test_an_nccl_setting_is_read_where_more_text_follows_on_its_line():
+    # a paste that lost its newlines: every NCCL message on one line
+    text = ("[0] NCCL INFO NCCL_IB_DISABLE set by environment to 0. [0] NCCL INFO NET/IB : No device found. "
+            "[0] NCCL INFO NET/Socket : Using [0]eth0:10.1.2.3<0> [0] NCCL INFO Using network Socket")
+    assert _primary(text).category == "infiniband_roce"

@@ -344,6 +344,9 @@ def _coll_lag(view: LogView) -> tuple[set[int], str] | None:
 def rule_waited_for_main_process(view: LogView) -> Iterator[Clue]:
     """Tracebacks that enter Hugging Face's `main_process_first()`: the ranks that raised there waited in its
     barrier while the main process preprocessed the data alone (on the way out, the main process itself)."""
+    roles = {e.sig.role for e in view.events}
+    if roles & {"root", "generic"} and "timeout" not in roles:
+        return  # the barrier raised an error at once: waiting explains a timeout or a silent exit, not that
     entered = {(e.source, e.line) for e in view.hint("context_enter")}
     waiting = [e for e in view.hint("main_process_first") if (e.source, e.line + 1) in entered]
     if waiting:
