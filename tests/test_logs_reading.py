@@ -327,6 +327,20 @@ def test_worker_processes_read_as_one_process_does(case, monkeypatch):
     assert used  # the workers did read it
 
 
+@pytest.mark.parametrize("parallel", [False, True])
+def test_what_runs_meanwhile_runs_once_whether_workers_read_or_not(parallel, monkeypatch):
+    """The diagnosis loads while the workers read (collect_paths' meanwhile): once, on either road."""
+    from nccl_doctor.logs import collect_paths, reading
+
+    if parallel:
+        monkeypatch.setattr(reading, "PARALLEL_BYTES", 0)
+        monkeypatch.setattr(reading, "_cpus", lambda: 2)
+    path = Path(__file__).parent / "fixtures" / "logs" / "corpus" / "batch-14"
+    calls = []
+    col = collect_paths([str(path)], meanwhile=lambda: calls.append(1))
+    assert calls == [1] and len(col.sources_read) == 4  # two cases, a log and a truth.json each
+
+
 # ---------------------------------------------------------------- readings added up in any grouping
 
 def _writer_line(host: str, pid: int, dev: int, rank: int, kind: int, n: int) -> str:
