@@ -117,3 +117,9 @@ def test_a_line_wrapped_at_a_space_is_read_joined_with_the_next():
 
 def test_lines_that_mean_nothing_joined_stay_nothing():
     assert diagnose_text("Loading checkpoint shards from /data/model, please wait\nEpoch 1 finished in 93 s\n") == []
+
+
+def test_a_wrapped_line_that_only_a_context_hint_knows_is_still_joined():
+    text = ("(RayWorkerVllm pid=207931, ip=10.0.1.75) [E socket.cpp:922] [c10d] The client socket has timed out "
+            "after 1800s while trying to connect to (10.0.0.2\n, 44737).\n")
+    assert "master-unreachable" in [f.cause for f in diagnose_text(text)]

@@ -370,7 +370,9 @@ def test_an_error_the_barrier_raised_at_once_is_not_waiting_for_the_main_process
         "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1331, unhandled cuda error "
         "(run with NCCL_DEBUG=INFO for details), NCCL version 2.18.5\n"
         "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\nCuda failure 'invalid argument'\n")
-    assert "rank0-preprocessing" not in _ranked(diagnose_text(text))
+    findings = diagnose_text(text)
+    assert findings[0].cause == "unhandled-cuda-error"
+    assert not any("barrier" in f.message for f in findings)  # the waiting reading is not offered at all
 
 
 # ---------------------------------------------------------------------------- settings
@@ -380,3 +382,24 @@ def test_an_nccl_setting_is_read_where_more_text_follows_on_its_line():
     text = ("[0] NCCL INFO NCCL_IB_DISABLE set by environment to 0. [0] NCCL INFO NET/IB : No device found. "
             "[0] NCCL INFO NET/Socket : Using [0]eth0:10.1.2.3<0> [0] NCCL INFO Using network Socket")
     assert _primary(text).category == "infiniband_roce"
+
+
+# ---------------------------------------------------------------------------- lessons of blind batches 18-19
+
+def test_a_failed_connection_to_dockers_default_bridge_names_the_interface():
+    text = ("[E socket.cpp:922] [c10d] The client socket has timed out after 1800s while trying to connect to "
+            "(172.17.0.2, 44737).")
+    assert "wrong-interface-selected" in _ranked(diagnose_text(text))[:3]
+    elsewhere = text.replace("172.17.0.2", "10.20.0.2")
+    assert "wrong-interface-selected" not in _ranked(diagnose_text(elsewhere))
+
+
+def test_a_process_that_sees_no_gpu_is_not_one_with_too_few():
+    primary = _primary("[rank=0] RuntimeError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!")
+    assert primary.cause == "no-gpu-visible" and primary.category == "cuda_error"
+
+
+def test_no_network_transport_at_all_outweighs_a_bare_invalid_usage():
+    primary = _primary("NCCL error: invalid usage\nNCCL WARN Failed to initialize any NET plugin\n")
+    assert primary.cause in ("ib-missing-in-container", "socket-ifname-no-match", "net-plugin-differs")
+    assert primary.cause != "duplicate-gpu"

@@ -438,8 +438,8 @@ class SourceReader:
                 matched = [(s, c) for s, c in matched if not s.prefilter]
             if any(not s.unclaimed for s, _ in matched):  # recognised: not one of the lines nobody explains
                 matched = [(s, c) for s, c in matched if not s.unclaimed]
-        if self.claimed is not None and any(not s.unclaimed for s, _ in matched):
-            self.claimed.add(line_no)
+        if self.claimed is not None and any(s.role != "hint" or s.hint == "benign_warn" for s, _ in matched):
+            self.claimed.add(line_no)  # recognised as a message (a context hint only tells what the job did)
         if sampled:  # a sampled START may have its COMPLETE among the lines not reported: only the tail tells
             matched = [(s, c) for s, c in matched if not (s.fact == "comm_init" and c.get("phase") == "START")]
         new_writer = not self._known(info)

@@ -22,6 +22,9 @@ DEVICE = re.compile(r"\[\d+\](?P<iface>[\w.@-]+):(?P<addr>[0-9a-fA-F:.%\w-]+?)<\
 # Link-local addresses: IPv6 fe80::/10 (with its %scope) and IPv4 169.254/16 (cloud metadata and pod-identity
 # links, hosts with no DHCP answer). Each host has its own; no other host can route to them.
 LINK_LOCAL = re.compile(r"(?<![\w.:])(?P<addr>fe80:[0-9a-fA-F:]*|169\.254\.\d{1,3}\.\d{1,3})(?:%(?P<iface>[\w.@-]+))?")
+# Docker's default bridge network: a container without host networking has an address here that only its own
+# host reaches.
+DOCKER_BRIDGE = re.compile(r"(?<![\d.])172\.17\.\d{1,3}\.\d{1,3}(?![\d.])")
 NETWORK_FAILURES = {"host-unreachable", "master-unreachable", "no-usable-interface", "socket-ifname-no-match",
                     "wrong-interface-selected", "rank-died", "nccl-internal-error"}
 
@@ -105,6 +108,21 @@ def rule_link_local_connect(view: LogView) -> Iterator[Clue]:
                    events=tuple(unique(failed))[:4], ranks=ranks_of(failed), hosts=hosts_in(failed),
                    fix=(f"Set NCCL_SOCKET_IFNAME to an interface with a routable address instead of "
                         f"{m.group('iface') if m and m.group('iface') else 'the link-local one'} (`ip -br addr`).",))
+
+
+@rule("connect-to-docker-bridge")
+def rule_docker_bridge_connect(view: LogView) -> Iterator[Clue]:
+    """A failed connection to an address of Docker's default bridge (172.17.0.0/16): a process in a container
+    without host networking gave out its bridge address, which other hosts cannot reach."""
+    failed = [e for e in network_failed(view) + view.events_of(*CONNECT_SIGNATURES) if DOCKER_BRIDGE.search(e.message)]
+    if failed:
+        m = DOCKER_BRIDGE.search(failed[0].message)
+        yield Clue("connect-to-docker-bridge", f"connections to {m.group(0) if m else '?'} failed: an address of Docker's "
+                   "default bridge network, which only its own host can reach (a container without host networking)",
+                   events=tuple(unique(failed))[:4], ranks=ranks_of(failed), hosts=hosts_in(failed),
+                   fix=("Run the containers with host networking (`docker run --network host`, `hostNetwork: true`), "
+                        "or set NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME and the rendezvous address to the interface "
+                        "the hosts share.",))
 
 
 CONNECT_SIGNATURES = ("socket-connect-failed", "socket-call-failed", "connection-closed-by-peer")
