@@ -86,4 +86,12 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def main() -> None:
-    sys.exit(run())
+    code = run()
+    if "torch.distributed" in sys.modules:
+        # torch's C++ threads (process groups, stores) can still run at interpreter teardown, where destroying
+        # them aborts the process now and then ('terminate called without an active exception', exit -6) after
+        # the report was given: a rank leaves as its watchdog does, with everything flushed and nothing torn down
+        from .cluster.watchdog import leave
+
+        leave(code)
+    sys.exit(code)

@@ -55,12 +55,12 @@ class RankWatch(threading.Thread):
                 failures += 1
                 if failures >= LOST_AFTER and not self.main_done.is_set():
                     print(f"nccl-doctor: rank {self.rank} lost the store; the judge (rank 0) is gone", file=sys.stderr)
-                    _exit(1)
+                    leave(1)
             time.sleep(BEAT)
 
     def _end(self) -> None:
         self.main_done.wait(GRACE)
-        _exit(self.exit_code())
+        leave(self.exit_code())
 
     def _answer(self, asked: dict) -> None:
         """The state of the processes of this host that the judge asks about (a peer's, never our own)."""
@@ -69,7 +69,8 @@ class RankWatch(threading.Thread):
                 self.exchange.put(f"state/{rank}", pid_state(who["pid"]))
 
 
-def _exit(code: int) -> None:
+def leave(code: int) -> None:
+    """End the process now, its output flushed, without the interpreter's teardown (threads may be stuck)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
