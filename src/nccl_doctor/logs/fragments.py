@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import cache
 
-from .templates import Template, stored_meanings, templates
+from .templates import PRINTF, Template, stored_meanings, templates
 
 MIN_COVERAGE = 0.6  # share of a template's words the line holds, in order
 MIN_WORDS = 4  # matched words that are not numbers
@@ -29,7 +29,6 @@ MIN_TEMPLATE_WORDS = 5  # templates with fewer words are too vague to recognise 
 COMMON_TRIGRAM = 40  # runs of three words that this many templates share locate nothing
 NUMBER = "#"
 
-_PLACEHOLDER = re.compile(r"%[-+ #0]*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|z|j|t|q)?([diouxXeEfgGcspnm%])")
 _TOKEN = re.compile(r"[a-z0-9]+")
 _HAS_DIGIT = re.compile(r"\d")
 _GAP = "\x00"  # a %s: any words may stand there, no run of three crosses it
@@ -51,11 +50,11 @@ def tokens(text: str) -> list[str]:
 def template_tokens(text: str) -> list[str]:
     """A template's words: numeric placeholders are NUMBER, string placeholders a gap."""
     def placeholder(m: re.Match[str]) -> str:
-        conv = m.group(1)
+        conv = m.group("conv")
         return " " if conv == "%" else (f" {_GAP} " if conv in "sc" else " 0 ")
 
     out: list[str] = []
-    for part in _PLACEHOLDER.sub(placeholder, text).split(_GAP):
+    for part in PRINTF.sub(placeholder, text).split(_GAP):
         out += tokens(part) + [_GAP]
     return out[:-1]
 

@@ -347,7 +347,7 @@ class SourceReader:
                 self.on_bytes(len(chunk.data))
         self._read_tail(tail)
         if self.claimed is not None and tail:
-            self._read_unclaimed(tail)
+            self._read_unclaimed(tail, self.claimed)
         out.lines += lines
         out.source_lines[source.name] = lines
         if stats.problem:
@@ -573,30 +573,30 @@ class SourceReader:
             if (self.index, line_no) > proc.last_line_order:
                 proc.last_line, proc.last_line_order = (self.source.name, line_no, kept(message)), (self.index, line_no)
 
-    def _read_unclaimed(self, tail: deque[Chunk]) -> None:
+    def _read_unclaimed(self, tail: deque[Chunk], claimed: set[int]) -> None:
         """Lines of a small source (a pasted excerpt) that no signature recognised: one wrapped at a terminal's or
         an issue's width is read again joined with the next; one that holds most of a source template's words is
         read as that template (logs/fragments.py): a message cut at the edge or reworded by a wrapper."""
-        claimed = self.claimed or set()
         lines = b"".join(c.data for c in tail).split(b"\n")  # the whole source: it is smaller than the tail
         first = tail[0].first_line
         for i, raw in enumerate(lines):
             line_no = first + i
             if line_no in claimed or len(raw) < FRAGMENT_MIN_LINE:
                 continue
-            if i + 1 < len(lines) and line_no + 1 not in claimed and self._read_wrapped(line_no, raw, lines[i + 1]):
+            if i + 1 < len(lines) and line_no + 1 not in claimed and \
+                    self._read_wrapped(line_no, raw, lines[i + 1], claimed):
                 claimed.add(line_no + 1)
                 continue
             self._read_fragment(line_no, raw)
 
-    def _read_wrapped(self, line_no: int, raw: bytes, following: bytes) -> bool:
+    def _read_wrapped(self, line_no: int, raw: bytes, following: bytes, claimed: set[int]) -> bool:
         """Whether the line joined with the following one (as cut mid-word, else at a space) is recognised."""
         for glue in (b"", b" "):
             joined = raw.rstrip(b"\r") + glue + following.rstrip(b"\r")
             ids = [i for _, _, found in self.engine.scan(joined) for i in found if not self.sigs[i].unclaimed]
             if ids:
-                self._on_line(line_no, joined, ids)
-                if line_no in (self.claimed or ()):
+                self._on_line(line_no, joined, ids)  # adds the line to `claimed` when it recognises it
+                if line_no in claimed:
                     return True
         return False
 

@@ -29,7 +29,7 @@ SHORT_CONTEXT = r"(?:\bWARN\s+(?:\S+ )?|^\W{0,4}|\]:\s*|Last error:\s*)"
 CUDA_CONTEXT = (r"(?:(?:cuda|hip) (?:failure|error)\b[^'\n]{0,60}'|(?:cuda|hip) (?:failure|error)\s*:\s*|CUDA error:?\s*(?:\d+\s*)?|"
                 r"HIP error:?\s*|hipError\w*\W+|"
                 r"cudaError\w*\W+|CUDA_ERROR_\w+\W+|error \d+ ')")
-_PRINTF = re.compile(r"%(?P<flags>[-+ #0]*)(?P<width>\d+|\*)?(?:\.(?P<prec>\d+|\*))?(?P<len>hh|h|ll|l|L|z|j|t|q)?"
+PRINTF = re.compile(r"%(?P<flags>[-+ #0]*)(?P<width>\d+|\*)?(?:\.(?P<prec>\d+|\*))?(?P<len>hh|h|ll|l|L|z|j|t|q)?"
                      r"(?P<conv>[diouxXeEfgGcspnm%])")
 
 
@@ -124,7 +124,7 @@ def meaning(template: Template) -> Meaning | None:
 
 def fixed_text(text: str) -> str:
     """The letters and digits a template always prints."""
-    return re.sub(r"[^A-Za-z0-9]", "", _PRINTF.sub("", text))
+    return re.sub(r"[^A-Za-z0-9]", "", PRINTF.sub("", text))
 
 
 def pattern(template: Template) -> str | None:
@@ -143,7 +143,7 @@ def pattern(template: Template) -> str | None:
 def literal(template: Template, common: Container[str] = "") -> str:
     """Fixed text (lower case) that every line of the template contains, and `common` (what healthy logs print)
     does not: the longest such word; else the longest run of words as printed; else the longest word."""
-    fixed = [p.strip() for part in _PRINTF.sub("\0", template.text).split("\0") for p in part.split("\\n")]
+    fixed = [p.strip() for part in PRINTF.sub("\0", template.text).split("\0") for p in part.split("\\n")]
     words = [w.lower() for part in fixed for w in part.split() if w]
     rare = [w for w in words if w not in common]
     if rare or not words:
@@ -156,7 +156,7 @@ def printf_regex(text: str) -> str:
     """A printf format as the regex of what it prints."""
     out: list[str] = []
     pos = 0
-    for m in _PRINTF.finditer(text):
+    for m in PRINTF.finditer(text):
         out.append(_literal(text[pos:m.start()]))
         out.append(_conversion(m))
         pos = m.end()
@@ -171,7 +171,7 @@ def example(template: Template) -> str:
     """A line the template prints (placeholders filled in), for the self-check of its regex."""
     fill = {"d": "3", "i": "3", "u": "3", "o": "7", "x": "1f", "X": "1F", "p": "0x7f3a", "c": "x", "e": "1.5",
             "E": "1.5", "f": "1.5", "g": "1.5", "G": "1.5", "s": "mlx5_0", "m": "Connection refused", "n": ""}
-    line = _PRINTF.sub(lambda m: "%" if m.group("conv") == "%" else fill[m.group("conv")], template.text)
+    line = PRINTF.sub(lambda m: "%" if m.group("conv") == "%" else fill[m.group("conv")], template.text)
     line = line.replace("\\n", " ")
     if template.project == "cuda":
         return f"NCCL WARN Cuda failure '{line}'"

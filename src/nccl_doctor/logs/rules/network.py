@@ -99,7 +99,7 @@ def rule_interface_kinds(view: LogView) -> Iterator[Clue]:
 def rule_link_local_connect(view: LogView) -> Iterator[Clue]:
     """A failed connection to a link-local address (IPv6 fe80::, IPv4 169.254/16): NCCL picked an address other
     hosts cannot route to."""
-    failed = [e for e in network_failed(view) + view.events_of(*CONNECT_SIGNATURES) if LINK_LOCAL.search(e.message)]
+    failed = failed_connections_to(view, LINK_LOCAL)
     if failed:
         m = LINK_LOCAL.search(failed[0].message)
         via = f" via {m.group('iface')}" if m and m.group("iface") else ""
@@ -114,7 +114,7 @@ def rule_link_local_connect(view: LogView) -> Iterator[Clue]:
 def rule_docker_bridge_connect(view: LogView) -> Iterator[Clue]:
     """A failed connection to an address of Docker's default bridge (172.17.0.0/16): a process in a container
     without host networking gave out its bridge address, which other hosts cannot reach."""
-    failed = [e for e in network_failed(view) + view.events_of(*CONNECT_SIGNATURES) if DOCKER_BRIDGE.search(e.message)]
+    failed = failed_connections_to(view, DOCKER_BRIDGE)
     if failed:
         m = DOCKER_BRIDGE.search(failed[0].message)
         yield Clue("connect-to-docker-bridge", f"connections to {m.group(0) if m else '?'} failed: an address of Docker's "
@@ -126,6 +126,11 @@ def rule_docker_bridge_connect(view: LogView) -> Iterator[Clue]:
 
 
 CONNECT_SIGNATURES = ("socket-connect-failed", "socket-call-failed", "connection-closed-by-peer")
+
+
+def failed_connections_to(view: LogView, address: re.Pattern[str]) -> list[Event]:
+    """Failed connections whose line names an address of this kind."""
+    return [e for e in network_failed(view) + view.events_of(*CONNECT_SIGNATURES) if address.search(e.message)]
 
 
 @rule("ifname-differs", "ifname-differs-quiet")
