@@ -29,6 +29,7 @@ SHORT_CONTEXT = r"(?:\bWARN\s+(?:\S+ )?|^\W{0,4}|\]:\s*|Last error:\s*)"
 CUDA_CONTEXT = (r"(?:(?:cuda|hip) (?:failure|error)\b[^'\n]{0,60}'|(?:cuda|hip) (?:failure|error)\s*:\s*|CUDA error:?\s*(?:\d+\s*)?|"
                 r"HIP error:?\s*|hipError\w*\W+|"
                 r"cudaError\w*\W+|CUDA_ERROR_\w+\W+|error \d+ ')")
+LEADING_STRING = re.compile(r"^(?:\.\*\?(?:\\s[+*])?)+")  # a template's opening '%s ', as printf_regex writes it
 PRINTF = re.compile(r"%(?P<flags>[-+ #0]*)(?P<width>\d+|\*)?(?:\.(?P<prec>\d+|\*))?(?P<len>hh|h|ll|l|L|z|j|t|q)?"
                      r"(?P<conv>[diouxXeEfgGcspnm%])")
 
@@ -137,7 +138,7 @@ def pattern(template: Template) -> str | None:
         return "(?i)" + CUDA_CONTEXT + body
     if len(fixed) < SPECIFIC:
         return "(?i)" + SHORT_CONTEXT + body
-    return "(?i)" + body
+    return "(?i)" + LEADING_STRING.sub("", body)  # searched anywhere: a line may start where the text does
 
 
 def literal(template: Template, common: Container[str] = "") -> str:
@@ -157,13 +158,16 @@ def printf_regex(text: str) -> str:
     out: list[str] = []
     pos = 0
     for m in PRINTF.finditer(text):
-        out.append(_literal(text[pos:m.start()]))
+        before = _literal(text[pos:m.start()])
+        if m.group("conv") in "sm" and before.endswith(r"\s+"):  # '%s' may print nothing: 'GPU  to'
+            before = before[:-1] + "*"
+        out.append(before)
         out.append(_conversion(m))
         pos = m.end()
     out.append(_literal(text[pos:]))
     regex = "".join(out)
-    while regex.endswith(r".*?"):  # a trailing string placeholder matches the rest of the line
-        regex = regex[:-3]
+    while regex.endswith((r".*?", r"\.")):  # a trailing string placeholder matches the rest of the line;
+        regex = regex[:-3] if regex.endswith(r".*?") else regex[:-2]  # a closing full stop is often cut
     return regex.strip() or r"\S"
 
 
