@@ -181,6 +181,33 @@ def test_init_then_silence_on_pcie_gpus_is_a_weak_p2p_hang():
     assert primary.confidence <= 0.5 and "GeForce GTX 1080 Ti" in primary.message
 
 
+OLD_NCCL_ONE_HOST_OF_TWO = """gpu2:46654:46654 [0] NCCL INFO NET : Using interface ib0:12.12.12.102<0>
+NCCL version 2.3.7+cuda9.0
+gpu2:46654:46654 [0] NCCL INFO rank 0 nranks 8
+gpu2:46655:46655 [1] NCCL INFO rank 1 nranks 8
+gpu2:46656:46656 [2] NCCL INFO rank 2 nranks 8
+gpu2:46655:47153 [1] NCCL INFO comm 0x7f132405ad20 rank 1 nranks 8
+gpu2:46655:47153 [1] NCCL INFO NET/Socket : 1 interfaces found
+"""
+
+
+@pytest.mark.parametrize("line", ["NCCL INFO nranks 8", "NCCL INFO rank 0 nranks 8", "NCCL INFO comm 0x7f13 rank 1 nranks 8",
+                                  "NCCL INFO comm 0x7f13 rank 1 nranks 8 - COMPLETE",
+                                  "NCCL INFO comm 0x7f13 rank 1 nranks 8 cudaDev 1 nvmlDev 1"])
+def test_old_nccl_communicator_size_lines_are_read(line):
+    from nccl_doctor.logs.signatures import signatures
+
+    sig = next(s for s in signatures() if s.id == "nccl-old-nranks")
+    assert sig.regex.search(f"gpu2:1:1 [0] {line}").group("ws") == "8"
+
+
+def test_silence_after_init_with_ranks_on_hosts_the_log_lacks_is_no_local_p2p_hang():
+    findings = diagnose_text(OLD_NCCL_ONE_HOST_OF_TWO)
+    assert findings[0].cause == "master-unreachable" and "communicator of 8 ranks" in findings[0].message
+    assert "3 of them" in findings[0].message and "p2p-acs-iommu" not in _ranked(findings)
+    assert "host-unreachable" in _ranked(findings)
+
+
 def test_results_mean_no_hang():
     row = "     8388608       2097152     float     sum      -1   1234.5    6.80   11.90      0"
     assert diagnose_text(NCCL_TESTS_START + row + "\n") == []

@@ -24,11 +24,13 @@ def ended(view: LogView) -> bool:
                 or view.hint("dist_error") or view.failed)
 
 
-@rule("silent-after-init", "silent-after-init-complete", "stalled-at-zero-progress", "pcie-only-gpus")
+@rule("silent-after-init", "silent-after-init-ranks-elsewhere", "silent-after-init-complete",
+      "stalled-at-zero-progress", "pcie-only-gpus")
 def rule_hang_after_init(view: LogView) -> Iterator[Clue]:
     """NCCL set up on several GPUs of one host, then nothing: the classic peer-to-peer (ACS/IOMMU) hang. Weak
     evidence (a log can also just be cut short): it grows when init visibly completed, when a progress bar
-    sits at 0, and on boards whose GPUs talk over PCIe only."""
+    sits at 0, and on boards whose GPUs talk over PCIe only. When the communicator is larger than what the log
+    shows of its host, the other ranks are elsewhere and the stall is as likely between hosts."""
     if ended(view) or view.multi_host() or view.events:
         return
     procs = view.col.procs
@@ -39,8 +41,19 @@ def rule_hang_after_init(view: LogView) -> Iterator[Clue]:
         return
     gpus = sorted({e.caps["gpu"] for _, e in hosts_ranks if e.caps.get("gpu")})
     processes = {pid for p in procs for pid in p.pids}
-    count = max(view.world_size() or 0, len({e.caps["rank"] for _, e in hosts_ranks}), len(processes),
-                len({d for p in procs for d in p.devs}))
+    here = max(len({e.caps["rank"] for _, e in hosts_ranks}), len(processes), len({d for p in procs for d in p.devs}))
+    size = view.world_size() or 0
+    if size > max(here, 1):
+        yield Clue("silent-after-init-ranks-elsewhere",
+                   f"NCCL set up a communicator of {size} ranks; the log shows {here} of them, on one host, and then "
+                   "no progress, no result and no error: the other ranks run on hosts this log does not hold, and a "
+                   "setup that stops across hosts is most often a connection between them that cannot be made",
+                   events=tuple(e for _, e in hosts_ranks[:2]), severity=Severity.WARNING,
+                   fix=("Rerun with `NCCL_DEBUG=INFO` and read the logs of every host together "
+                        "(`nccl-doctor logs host1.log host2.log ...`); `nccl-doctor check` across the hosts tests "
+                        "that each can reach the others on the interface NCCL picks.",))
+        return
+    count = max(size, here)
     if count < 2 and not view.hint("hang_reported"):
         return  # one process's setup lines alone: a log cut short as likely as a hang
     transports = sorted({t for p in procs for t in p.transports})
