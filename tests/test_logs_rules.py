@@ -163,6 +163,30 @@ def test_nccl_device_side_mismatch():
     assert primary.category == "mismatched_collectives" and 39 in primary.ranks
 
 
+# ---------------------------------------------------------------------------- sockets that cannot bind
+
+STORE_BIND = ("[W socket.cpp:436] [c10d] The server socket has failed to bind to 10.0.0.5:29500 (errno: {errno} - {text}).\n"
+              "[E socket.cpp:472] [c10d] The server socket has failed to listen on any local network address.\n")
+
+
+def test_a_store_that_cannot_bind_an_address_not_of_its_host_is_no_port_in_use():
+    findings = diagnose_text(STORE_BIND.format(errno=99, text="Cannot assign requested address"))
+    assert findings[0].cause == "address-not-local" and findings[0].category == "rendezvous_network"
+    assert "port-in-use" in _ranked(findings)  # the generic 'failed to listen' keeps its usual reading second
+
+
+def test_a_store_that_cannot_bind_a_taken_port_is_port_in_use():
+    findings = diagnose_text(STORE_BIND.format(errno=98, text="Address already in use"))
+    assert findings[0].cause == "port-in-use" and findings[0].confidence > 0.7
+
+
+def test_a_bind_to_a_foreign_address_outside_c10d_is_read_from_the_os_error_alone():
+    text = "zmq.error.ZMQError: Cannot assign requested address (addr='tcp://172.17.0.5:34762')"
+    findings = diagnose_text(text)
+    assert findings[0].cause == "address-not-local"
+    assert "wrong-interface-selected" not in _ranked(findings)  # a bind names no path to another host
+
+
 # ---------------------------------------------------------------------------- hang right after init
 
 NCCL_TESTS_START = """# nThread 1 nGpus 4 minBytes 8 maxBytes 268435456 step: 2(factor) warmup iters: 5

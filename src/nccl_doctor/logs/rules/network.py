@@ -27,6 +27,7 @@ LINK_LOCAL = re.compile(r"(?<![\w.:])(?P<addr>fe80:[0-9a-fA-F:]*|169\.254\.\d{1,
 DOCKER_BRIDGE = re.compile(r"(?<![\d.])172\.17\.\d{1,3}\.\d{1,3}(?![\d.])")
 NETWORK_FAILURES = {"host-unreachable", "master-unreachable", "no-usable-interface", "socket-ifname-no-match",
                     "wrong-interface-selected", "rank-died", "nccl-internal-error"}
+BIND_FAILURES = {"address-not-local", "port-in-use"}  # a listening socket of this host, not a path to another
 
 
 def kind(iface: str, addr: str = "") -> str | None:
@@ -52,8 +53,8 @@ def exclusion(iface: str) -> str:
 
 def network_failed(view: LogView) -> list[Event]:
     """Error lines that a broken network path produces (connections refused, lost, timed out)."""
-    return [e for e in view.events if e.cause in NETWORK_FAILURES or
-            lookup_cause(e.cause).category in ("network_interface", "rendezvous_network")]
+    return [e for e in view.events if e.cause not in BIND_FAILURES and (
+        e.cause in NETWORK_FAILURES or lookup_cause(e.cause).category in ("network_interface", "rendezvous_network"))]
 
 
 def used_interfaces(view: LogView) -> dict[tuple[str, str], Event]:
