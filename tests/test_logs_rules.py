@@ -187,6 +187,39 @@ def test_a_bind_to_a_foreign_address_outside_c10d_is_read_from_the_os_error_alon
     assert "wrong-interface-selected" not in _ranked(findings)  # a bind names no path to another host
 
 
+# ---------------------------------------------------------------------------- messages as other tools print them
+
+@pytest.mark.parametrize("text", ["Test HIP failure common.cu:1129 'hipErrorInvalidDevice'",
+                                  "cudaErrorInvalidDevice raised by cudaSetDevice(3)",
+                                  "RuntimeError: CUDA error: invalid device ordinal"])
+def test_a_cuda_error_is_read_by_its_text_or_by_its_name_in_cuda_or_hip_spelling(text):
+    assert _primary(text).cause == "more-ranks-than-gpus"
+
+
+def test_an_enum_name_is_not_read_as_a_longer_one_it_begins():
+    assert all(f.cause != "more-ranks-than-gpus" for f in diagnose_text("error: cudaErrorInvalidDevicePointer"))
+
+
+def test_the_older_wording_of_a_cuda_error_is_read_like_the_current_one():
+    old = _primary("RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable")
+    new = _primary("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable")
+    assert old.cause == new.cause and old.category == "device_binding"
+
+
+@pytest.mark.parametrize("text", ["<node ip>: fabric manager config file item: FABRIC_NODE_CONFIG_FILE has an invalid value",
+                                  "[  212.870394] timeout waiting for: FM starting NvLink Inband",
+                                  "nv-fabricmanager.service: Failed with result 'exit-code'."])
+def test_fabric_managers_own_failures_name_it(text):
+    assert _primary(text).cause == "fabric-manager"
+
+
+def test_a_store_barrier_that_keeps_waiting_for_a_rank_is_a_weak_store_wait():
+    line = ("I0510 07:28:04.417845 139863945226048 distributed_c10d.py:337] Waiting in store based barrier to initialize "
+            "process group for rank: {r}, key: store_based_barrier_key:2 (world_size=8, worker_count=7, timeout=0:30:00)")
+    primary = _primary("\n".join(line.format(r=r) for r in (2, 7)))
+    assert primary.cause == "store-wait-timeout" and primary.confidence < 0.5
+
+
 # ---------------------------------------------------------------------------- hang right after init
 
 NCCL_TESTS_START = """# nThread 1 nGpus 4 minBytes 8 maxBytes 268435456 step: 2(factor) warmup iters: 5

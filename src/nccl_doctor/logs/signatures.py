@@ -31,6 +31,7 @@ from ..catalog import cause as lookup_cause
 from ..catalog import load_toml, read_text
 from ..catalog.env_vars import version_tuple
 from .templates import example as template_example
+from .templates import enum_word as template_enum_word
 from .templates import literal as template_literal
 from .templates import stored_meanings
 from .templates import pattern as template_pattern
@@ -564,7 +565,7 @@ def template_signatures(start: int, common: CommonText) -> tuple[Signature, ...]
         out.append(Signature(
             index=start + len(out), id=sig_id, role=meaning.role, pattern=regex, example=template_example(tpl),
             cause=cause, hint="benign_warn" if meaning.benign else None, strength=strength, also=tuple(ranked[1:]),
-            literals=(word,), caseless=True, prefilter=True, by_literal=distinctive(word, common), note=tpl.provenance + (
+            literals=(word, named) if (named := template_enum_word(tpl)) else (word,), caseless=True, prefilter=True, by_literal=distinctive(word, common), note=tpl.provenance + (
                 f" - not a failure: {meaning.benign}" if meaning.benign else "")))
     return tuple(out)
 

@@ -135,10 +135,18 @@ def pattern(template: Template) -> str | None:
         return None
     body = printf_regex(template.text)
     if template.project == "cuda":
-        return "(?i)" + CUDA_CONTEXT + body
+        named = enum_word(template)
+        return "(?i)" + (f"(?:{CUDA_CONTEXT}{body}|\\b(?:cuda|hip){named}\\b)" if named else CUDA_CONTEXT + body)
     if len(fixed) < SPECIFIC:
         return "(?i)" + SHORT_CONTEXT + body
     return "(?i)" + LEADING_STRING.sub("", body)  # searched anywhere: a line may start where the text does
+
+
+def enum_word(template: Template) -> str:
+    """'errorinvaliddevice' for the runtime's cudaErrorInvalidDevice: what its name and HIP's hipErrorInvalidDevice
+    share, as tools that print the name instead of the text show it ('hipErrorInvalidDevice')."""
+    name = template.function.split(";")[0]
+    return name[len("cuda"):].lower() if template.project == "cuda" and name.startswith("cudaError") else ""
 
 
 def literal(template: Template, common: Container[str] = "") -> str:
