@@ -220,6 +220,14 @@ def test_a_store_barrier_that_keeps_waiting_for_a_rank_is_a_weak_store_wait():
     assert primary.cause == "store-wait-timeout" and primary.confidence < 0.5
 
 
+def test_a_library_that_demands_a_setting_names_it():
+    text = ("[FATAL ERROR]: HSA_NO_SCRATCH_RECLAIM=1 must be set to avoid performance\n"
+            "degradation with the current HIP configuration.\n")
+    primary = _primary(text)
+    assert primary.cause == "env-invalid-value" and primary.category == "nccl_config"
+    assert diagnose_text("WANDB_API_KEY=xyz must be set") == []  # only the communication stack's variables
+
+
 # ---------------------------------------------------------------------------- hang right after init
 
 NCCL_TESTS_START = """# nThread 1 nGpus 4 minBytes 8 maxBytes 268435456 step: 2(factor) warmup iters: 5
