@@ -197,7 +197,15 @@ def test_a_cuda_error_is_read_by_its_text_or_by_its_name_in_cuda_or_hip_spelling
 
 
 def test_an_enum_name_is_not_read_as_a_longer_one_it_begins():
-    assert all(f.cause != "more-ranks-than-gpus" for f in diagnose_text("error: cudaErrorInvalidDevicePointer"))
+    from nccl_doctor.logs.signatures import template_signature
+    from nccl_doctor.logs.templates import templates
+
+    def sig(name):
+        return template_signature(next(t for t in templates() if t.function == name))
+
+    line = "error: cudaErrorInvalidDevicePointer"
+    assert sig("cudaErrorInvalidDevicePointer").regex.search(line)
+    assert not sig("cudaErrorInvalidDevice").regex.search(line)
 
 
 def test_the_older_wording_of_a_cuda_error_is_read_like_the_current_one():
