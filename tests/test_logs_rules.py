@@ -236,6 +236,34 @@ def test_a_library_that_demands_a_setting_names_it():
     assert diagnose_text("WANDB_API_KEY=xyz must be set") == []  # only the communication stack's variables
 
 
+def test_an_allocation_the_remote_allocator_failed_is_a_stray_bootstrap_connection_not_an_oom():
+    # NCCL 2.10's order: a stray connection closes, the next one sends a garbage size, its calloc fails
+    rem = "h:39:298 [0] bootstrap.cc:279 NCCL WARN [Rem Allocator] Allocation failed (segment 0, fd 130)\n"
+    text = ("h:39:298 [0] include/socket.h:423 NCCL WARN Net : Connection closed by remote peer 10.0.0.4<52638>\n"
+            "h:39:298 [0] NCCL INFO bootstrap.cc:229 -> 2\n" + rem +
+            "h:39:298 [0] include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'\n"
+            "h:39:298 [0] NCCL INFO bootstrap.cc:231 -> 1\n" + rem)
+    findings = diagnose_text(text)
+    assert findings[0].cause == "nccl-bootstrap-stray-connection"
+    assert "cuda-oom" not in [f.cause for f in findings[1:]]  # folded under it, not a rival
+
+
+def test_the_check_macros_of_nccl_examples_give_a_result_string_its_context():
+    assert _primary("Failed, NCCL error a.cpp:106 'invalid usage'").category == "device_binding"
+    assert _primary("Test NCCL failure all_reduce.cu:55 'unhandled system error'") is not None
+
+
+def test_a_corrupted_heap_is_a_weak_library_defect():
+    primary = _primary("free(): corrupted unsorted chunks\n[host:1] *** Process received signal ***\n")
+    assert primary.cause == "nccl-known-bug" and primary.confidence < 0.5
+
+
+def test_libfabric_finding_no_efa_device_names_the_efa_network():
+    text = ("libfabric:...:core:core:fi_getinfo_():1391<warn> fi_getinfo: provider efa output empty list\n"
+            "fi_getinfo: -61 (No data available)\n")
+    assert _primary(text).cause == "efa-network-error"
+
+
 # ---------------------------------------------------------------------------- hang right after init
 
 NCCL_TESTS_START = """# nThread 1 nGpus 4 minBytes 8 maxBytes 268435456 step: 2(factor) warmup iters: 5

@@ -24,7 +24,9 @@ from ..catalog import load_toml, read_text
 TABLES = ("nccl", "rccl", "aws_ofi_nccl", "gloo", "pytorch", "cuda")
 SPECIFIC = 20  # letters and digits of fixed text a template needs to match anywhere in a line
 MIN_FIXED = 8  # below this a template is too vague to recognise at all
-SHORT_CONTEXT = r"(?:\bWARN\s+(?:\S+ )?|^\W{0,4}|\]:\s*|Last error:\s*)"
+# Where a short message is printed: a WARN line, a line of its own, after a prefix, NCCL's 'Last error:', or in
+# the check macros of NCCL's examples and nccl-tests ("Failed, NCCL error %s:%d '%s'", "Test NCCL failure ... '%s'")
+SHORT_CONTEXT = r"(?:\bWARN\s+(?:\S+ )?|^\W{0,4}|\]:\s*|Last error:\s*|NCCL (?:failure|error)\b[^'\n]{0,60}')"
 # Where a CUDA/HIP error string is printed: NCCL's 'Cuda failure', PyTorch's 'CUDA error:', the enum names.
 CUDA_CONTEXT = (r"(?:(?:cuda|hip) (?:failure|error)\b[^'\n]{0,60}'|(?:cuda|hip) (?:failure|error)\s*:\s*|CUDA error:?\s*(?:\d+\s*)?|"
                 r"HIP error:?\s*|hipError\w*\W+|"
