@@ -208,6 +208,11 @@ def test_an_enum_name_is_not_read_as_a_longer_one_it_begins():
     assert not sig("cudaErrorInvalidDevice").regex.search(line)
 
 
+def test_a_long_cuda_error_string_is_read_without_the_words_cuda_prints_before_it():
+    assert _primary("peer mapping resources exhausted").category == "p2p_peer_access"
+    assert all(f.cause != "cuda-oom" for f in diagnose_text("the cache is out of memory"))  # a short one needs them
+
+
 def test_the_older_wording_of_a_cuda_error_is_read_like_the_current_one():
     old = _primary("RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable")
     new = _primary("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable")

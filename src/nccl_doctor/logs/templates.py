@@ -136,9 +136,10 @@ def pattern(template: Template) -> str | None:
     if len(fixed) < MIN_FIXED and template.project != "cuda":
         return None
     body = printf_regex(template.text)
-    if template.project == "cuda":
+    if template.project == "cuda":  # a long error string is recognised anywhere, a short one where CUDA prints it
+        context = "" if len(fixed) >= SPECIFIC else CUDA_CONTEXT
         named = enum_word(template)
-        return "(?i)" + (f"(?:{CUDA_CONTEXT}{body}|\\b(?:cuda|hip){named}\\b)" if named else CUDA_CONTEXT + body)
+        return "(?i)" + (f"(?:{context}{body}|\\b(?:cuda|hip){named}\\b)" if named else context + body)
     if len(fixed) < SPECIFIC:
         return "(?i)" + SHORT_CONTEXT + body
     return "(?i)" + LEADING_STRING.sub("", body)  # searched anywhere: a line may start where the text does
