@@ -226,11 +226,20 @@ def test_fabric_managers_own_failures_name_it(text):
     assert _primary(text).cause == "fabric-manager"
 
 
-def test_a_store_barrier_that_keeps_waiting_for_a_rank_is_a_weak_store_wait():
-    line = ("I0510 07:28:04.417845 139863945226048 distributed_c10d.py:337] Waiting in store based barrier to initialize "
-            "process group for rank: {r}, key: store_based_barrier_key:2 (world_size=8, worker_count=7, timeout=0:30:00)")
-    primary = _primary("\n".join(line.format(r=r) for r in (2, 7)))
+STORE_WAITING = ("I0510 07:28:04.417845 139863945226048 distributed_c10d.py:337] Waiting in store based barrier to "
+                 "initialize process group for rank: {r}, key: store_based_barrier_key:2 (world_size=8, worker_count=7, "
+                 "timeout=0:30:00)")
+
+
+def test_a_log_that_ends_in_a_store_barrier_still_waiting_for_a_rank_is_a_weak_store_wait():
+    primary = _primary("\n".join(STORE_WAITING.format(r=r) for r in (2, 7)))
     assert primary.cause == "store-wait-timeout" and primary.confidence < 0.5
+    assert primary.severity == Severity.WARNING and "6 of 8" not in primary.message and "7 of 8" in primary.message
+
+
+def test_a_store_barrier_that_waited_and_went_on_is_no_clue():
+    went_on = "\n".join(f"epoch 1 step {i} loss 2.31" for i in range(100))
+    assert diagnose_text("\n".join(STORE_WAITING.format(r=r) for r in (2, 7)) + "\n" + went_on) == []
 
 
 def test_a_library_that_demands_a_setting_names_it():

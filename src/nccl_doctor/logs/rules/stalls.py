@@ -165,6 +165,24 @@ def rule_ended_preprocessing(view: LogView) -> Iterator[Clue]:
                         "the preprocessing time.",))
 
 
+@rule("ended-in-store-barrier")
+def rule_ended_in_store_barrier(view: LogView) -> Iterator[Clue]:
+    """The log ends while c10d still waits for ranks to join a new process group (it says so every 10 s): the
+    missing rank is busy elsewhere or never started. A job that waited and went on is no clue."""
+    waiting = view.hint("store_barrier_waiting")
+    if not waiting:
+        return
+    last = waiting[-1]
+    if view.col.source_lines.get(last.source, 0) - last.line > QUIET_AFTER_SETUP:
+        return
+    joined, world = last.caps.get("joined", "?"), last.caps.get("world", "?")
+    yield Clue("ended-in-store-barrier", f"the log ends while c10d waits in a store-based barrier with {joined} of "
+               f"{world} ranks joined ({clip(last.message.strip(), 90)!r}): the missing rank was busy elsewhere or "
+               "never started", events=tuple(waiting[-2:]), severity=Severity.WARNING,
+               fix=("Find the rank that has not joined (the ranks that print this line are the ones waiting) and what "
+                    "it was doing: its own log, or `py-spy dump --pid PID` while it waits.",))
+
+
 @rule("hang-without-error")
 def rule_hang_reported(view: LogView) -> Iterator[Clue]:
     """The log says the job hangs and shows no error, no NCCL setup and no stack: most often the ranks stopped
