@@ -537,11 +537,9 @@ def template_id(tpl: Template) -> str:
     return f"{tpl.project}:{hashlib.sha1(tpl.text.encode()).hexdigest()[:10]}"
 
 
-@cache
 def template_signature(tpl: Template) -> Signature | None:
     """The signature made from a template (None for templates too vague to have one)."""
-    wanted = template_id(tpl)
-    return next((s for s in signatures() if s.id == wanted), None)
+    return _by_id().get(template_id(tpl))
 
 
 def template_signatures(start: int, common: CommonText) -> tuple[Signature, ...]:
@@ -561,11 +559,13 @@ def template_signatures(start: int, common: CommonText) -> tuple[Signature, ...]
         seen.add(sig_id)
         ranked = sorted(meaning.causes.items(), key=lambda cs: -cs[1])
         word = template_literal(tpl, common)
+        named = template_enum_word(tpl)  # a CUDA error's enum name, in CUDA's and HIP's spelling
         cause, strength = ranked[0] if ranked else (None, 0.0)
         out.append(Signature(
             index=start + len(out), id=sig_id, role=meaning.role, pattern=regex, example=template_example(tpl),
             cause=cause, hint="benign_warn" if meaning.benign else None, strength=strength, also=tuple(ranked[1:]),
-            literals=(word, named) if (named := template_enum_word(tpl)) else (word,), caseless=True, prefilter=True, by_literal=distinctive(word, common), note=tpl.provenance + (
+            literals=(word, named) if named else (word,), caseless=True, prefilter=True,
+            by_literal=distinctive(word, common), note=tpl.provenance + (
                 f" - not a failure: {meaning.benign}" if meaning.benign else "")))
     return tuple(out)
 
@@ -603,7 +603,9 @@ def _literals(row: dict[str, Any], pattern: str) -> tuple[str, ...]:
 
 
 def by_id(signature_id: str) -> Signature:
-    for sig in signatures():
-        if sig.id == signature_id:
-            return sig
-    raise KeyError(signature_id)
+    return _by_id()[signature_id]
+
+
+@cache
+def _by_id() -> dict[str, Signature]:
+    return {sig.id: sig for sig in signatures()}

@@ -90,7 +90,12 @@ def output_after_setup(view: LogView) -> bool:
         for events in proc.facts.values():
             for e in events:
                 last[e.source] = max(last.get(e.source, 0), e.line)
-    return any(view.col.source_lines.get(src, 0) - line > QUIET_AFTER_SETUP for src, line in last.items())
+    return any(lines_after(view, src, line) > QUIET_AFTER_SETUP for src, line in last.items())
+
+
+def lines_after(view: LogView, source: str, line: int) -> int:
+    """How many lines its source holds after this one."""
+    return view.col.source_lines.get(source, 0) - line
 
 
 @rule("acs-enabled", "acs-enabled-with-p2p")
@@ -173,7 +178,7 @@ def rule_ended_in_store_barrier(view: LogView) -> Iterator[Clue]:
     if not waiting:
         return
     last = waiting[-1]
-    if view.col.source_lines.get(last.source, 0) - last.line > QUIET_AFTER_SETUP:
+    if lines_after(view, last.source, last.line) > QUIET_AFTER_SETUP:
         return
     joined, world = last.caps.get("joined", "?"), last.caps.get("world", "?")
     yield Clue("ended-in-store-barrier", f"the log ends while c10d waits in a store-based barrier with {joined} of "
