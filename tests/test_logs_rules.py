@@ -513,7 +513,7 @@ def test_an_error_the_barrier_raised_at_once_is_not_waiting_for_the_main_process
         "(run with NCCL_DEBUG=INFO for details), NCCL version 2.18.5\n"
         "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\nCuda failure 'invalid argument'\n")
     findings = diagnose_text(text)
-    assert findings[0].cause == "unhandled-cuda-error"
+    assert findings[0].cause == "nccl-known-bug"  # NCCL's own CUDA call rejected an argument (2.18.x)
     assert not any("barrier" in f.message for f in findings)  # the waiting reading is not offered at all
 
 
@@ -545,3 +545,66 @@ def test_no_network_transport_at_all_outweighs_a_bare_invalid_usage():
     primary = _primary("NCCL error: invalid usage\nNCCL WARN Failed to initialize any NET plugin\n")
     assert primary.cause in ("ib-missing-in-container", "socket-ifname-no-match", "net-plugin-differs")
     assert primary.cause != "duplicate-gpu"
+
+
+# ---------------------------------------------------------------------------- lessons of blind batches 31-36
+
+def test_nccls_own_bind_finding_its_address_in_use_is_out_of_ephemeral_ports():
+    primary = _primary("node-3:1234:1290 [0] misc/socket.cc:409 NCCL WARN Call to bind failed : Address already in use")
+    assert primary.cause == "ephemeral-ports-exhausted"  # NCCL binds port 0 unless NCCL_COMM_ID forces one
+    store = _primary("[W socket.cpp:401] [c10d] The server socket has failed to bind to [::]:29400 (errno: 98 - "
+                     "Address already in use).")
+    assert store.cause == "port-in-use"  # the store binds the port it was given
+
+
+def test_iommu_faults_in_dmesg_name_the_iommu_breaking_peer_to_peer():
+    text = ("[1478401.486981] DMAR: [DMA Write] Request device [02:00.0] fault addr cd139000 [fault reason 05] "
+            "PTE Write access is not set\n"
+            "[ 512.3] nvidia 0000:41:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x000d address=0x1f0 "
+            "flags=0x0020]\n")
+    assert _primary(text).cause == "p2p-acs-iommu"
+
+
+def test_tensorflow_stopping_at_its_first_nccl_all_reduce_is_the_local_peer_to_peer_hang():
+    text = ("Epoch 1/500\nINFO:tensorflow:batch_all_reduce: 4 all-reduces with algorithm = nccl, num_packs = 1\n"
+            "INFO:tensorflow:Reduce to /job:localhost/replica:0/task:0/device:CPU:0 then broadcast to "
+            "('/job:localhost/replica:0/task:0/device:CPU:0',).\n")
+    assert _primary(text).cause == "p2p-acs-iommu"
+    went_on = text + "".join(f"{i}/500 [====] - loss: 0.{i}\n" for i in range(60))
+    assert not diagnose_text(went_on)
+
+
+def test_a_batch_skipped_after_an_oom_on_one_rank_desynchronises_the_others():
+    text = ("WARNING: ran out of memory with exception: CUDA out of memory. Tried to allocate 332.00 MiB (GPU 0; "
+            "10.91 GiB total capacity);\n Skipping batch\n")
+    findings = diagnose_text(text)
+    assert findings[0].cause == "uneven-batches" and "cuda-oom" in _ranked(findings)
+    assert _primary("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n").cause == "cuda-oom"
+
+
+def test_the_watchdogs_timeout_at_work_line_is_a_timeout_on_its_own():
+    text = ("[rank4]:[E114 15:08:00.554388780 ProcessGroupNCCL.cpp:1709] [PG 0 (default_pg) Rank 4] Timeout at NCCL "
+            "work: 175, last enqueued NCCL work: 175, last completed NCCL work: 174.\n")
+    assert _primary(text).category == "collective_timeout_desync"
+    assert _primary(text).cause != "rank-died"
+
+
+def test_a_gloo_full_mesh_that_fails_after_the_store_worked_is_an_advertised_address():
+    primary = _primary("RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/"
+                       "pair.cc:144] no error")
+    assert primary.cause == "wrong-interface-selected"
+
+
+def test_nccls_cuda_call_rejecting_its_argument_reads_as_an_nccl_defect_unless_nvls_explains_it():
+    text = "NCCL WARN Cuda failure 'invalid argument'\nNCCL version 2.18.1\n"
+    assert _primary(text).cause == "nccl-known-bug"
+    nvls = ("node-1:1:1 [0] transport/nvls.cc:376 NCCL WARN Failed to bind NVLink SHARP (NVLS) Multicast memory of "
+            "size 1073741824 : CUDA error 1 'invalid argument'.\n" + text)
+    assert _primary(nvls).category == "nvls_nvlink"
+
+
+def test_accelerate_refusing_rtx_4000_boards_names_missing_peer_to_peer():
+    primary = _primary("NotImplementedError: Using RTX 4000 series doesn't support faster communication broadband "
+                       "via P2P or IB. Please set `NCCL_P2P_DISABLE=\"1\"` and `NCCL_IB_DISABLE=\"1\" or use "
+                       "`accelerate launch` which will do this automatically.")
+    assert primary.category == "p2p_peer_access"

@@ -35,7 +35,7 @@ def rule_hang_after_init(view: LogView) -> Iterator[Clue]:
         return
     procs = view.col.procs
     started = any(p.init_phases or p.transports or p.facts.get("nccl_version") or p.facts.get("bootstrap")
-                  or p.facts.get("tests_header") for p in procs)
+                  or p.facts.get("tests_header") or p.facts.get("framework_collective") for p in procs)
     hosts_ranks = view.facts("rank_host")
     if not started or output_after_setup(view):
         return
@@ -53,7 +53,8 @@ def rule_hang_after_init(view: LogView) -> Iterator[Clue]:
                         "(`nccl-doctor logs host1.log host2.log ...`); `nccl-doctor check` across the hosts tests "
                         "that each can reach the others on the interface NCCL picks.",))
         return
-    count = max(size, here)
+    # a framework's NCCL all-reduce between local devices (TensorFlow's MirroredStrategy) runs on two or more
+    count = max(size, here, 2 if any(p.facts.get("framework_collective") for p in procs) else 0)
     if count < 2 and not view.hint("hang_reported"):
         return  # one process's setup lines alone: a log cut short as likely as a hang
     transports = sorted({t for p in procs for t in p.transports})

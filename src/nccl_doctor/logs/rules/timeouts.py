@@ -28,8 +28,8 @@ from ..records import Event
 from ..evidence import Clue, LogView, who
 from . import rule
 
-TIMEOUT_SIGS = ("watchdog-timeout", "watchdog-timeout-detail", "blocking-wait-timeout", "gloo-timeout", "nonblocking-init-timeout",
-                "watchdog-timeout-stack")
+TIMEOUT_SIGS = ("watchdog-timeout", "watchdog-timeout-detail", "watchdog-timeout-at-work", "blocking-wait-timeout",
+                "gloo-timeout", "nonblocking-init-timeout", "watchdog-timeout-stack")
 # Context hints: what the one-rank work was (the latest one seen names the sub-cause).
 CONTEXT = (("checkpoint", "checkpoint save/load", "checkpoint-io"),
            ("evaluation", "evaluation/prediction", "rank0-evaluation"),
