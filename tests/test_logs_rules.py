@@ -608,3 +608,44 @@ def test_accelerate_refusing_rtx_4000_boards_names_missing_peer_to_peer():
                        "via P2P or IB. Please set `NCCL_P2P_DISABLE=\"1\"` and `NCCL_IB_DISABLE=\"1\" or use "
                        "`accelerate launch` which will do this automatically.")
     assert primary.category == "p2p_peer_access"
+
+
+# ---------------------------------------------------------------------------- lessons of blind batches 37-39
+
+def test_the_kernel_oom_killer_and_torchruns_sigkill_name_host_memory():
+    killed = _primary("[856341.770960] Out of memory: Killed process 410126 (python) total-vm:79905000kB, "
+                      "anon-rss:22957108kB, file-rss:72036kB, shmem-rss:15143164kB, UID:1000 oom_score_adj:0")
+    assert killed.cause == "host-oom-killed" and killed.category == "resource_exhaustion"
+    elastic = _primary("torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 1 "
+                       "(pid: 14447) of binary: /usr/bin/python")
+    assert elastic.cause == "host-oom-killed"
+    aborted = diagnose_text("torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -6) "
+                            "local_rank: 1 (pid: 14447) of binary: /usr/bin/python")
+    assert "host-oom-killed" not in _ranked(aborted)  # SIGABRT is the watchdog's own abort
+
+
+def test_a_worker_killed_by_sigbus_points_at_shared_memory():
+    primary = _primary("The worker fails with {0: ProcessFailure(local_rank=0, pid=54, exitcode=-7, error_file='<N/A>', "
+                       "message='Signal 7 (SIGBUS) received by PID 54', timestamp=1711419181)}")
+    assert primary.category == "shm_too_small"
+
+
+def test_sockets_over_an_infiniband_interface_mean_nccls_ib_transport_was_not_usable():
+    verbs = "node1:1:1 [0] NCCL INFO Failed to open libibverbs.so[.1]\n"
+    socket = "node1:1:1 [0] NCCL INFO NET/Socket : Using [0]ib0:10.1.0.5<0>\nnode1:1:1 [0] NCCL INFO Using network Socket\n"
+    assert _primary(verbs + socket).cause == "ib-missing-in-container"
+    assert _primary(socket).cause == "ib-not-used"
+    assert not diagnose_text(socket.replace("ib0", "eth0"))
+
+
+def test_paddles_nccl_context_then_silence_is_a_setup_across_hosts():
+    text = "I0302 02:01:36.274989 31267 nccl_context.cc:83] init nccl context nranks: 4 local rank: 0 gpu id: 0\n"
+    assert _primary(text).cause == "master-unreachable"
+    assert "host-unreachable" in _ranked(diagnose_text(text))[:3]
+
+
+def test_a_shared_memory_segment_of_size_zero_is_a_misread_descriptor():
+    text = "[rank1]: Error while attaching to shared memory segment /dev/shm/nccl-{} (size {}), error: No such file " \
+           "or directory (2)\n"
+    assert _primary(text.format("\u040c", 0)).cause == "nccl-known-bug"
+    assert _primary(text.format("abc123", 9637888)).cause == "shm-not-shared"

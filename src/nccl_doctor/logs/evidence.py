@@ -202,6 +202,7 @@ class LogView:
     def world_size(self) -> int | None:
         sizes = [int(e.caps.get("n") or e.caps.get("ws") or 0) for e in self.col.global_facts.get("world_size", [])]
         sizes += [n for p in self.col.procs for n in p.comm_sizes.values()]
+        sizes += [int(e.caps.get("n") or 0) for p in self.col.procs for e in p.facts.get("framework_collective", [])]
         sizes = [s for s in sizes if s > 0]
         return max(sizes) if sizes else None
 
