@@ -632,10 +632,13 @@ def test_a_worker_killed_by_sigbus_points_at_shared_memory():
 
 def test_sockets_over_an_infiniband_interface_mean_nccls_ib_transport_was_not_usable():
     verbs = "node1:1:1 [0] NCCL INFO Failed to open libibverbs.so[.1]\n"
-    socket = "node1:1:1 [0] NCCL INFO NET/Socket : Using [0]ib0:10.1.0.5<0>\nnode1:1:1 [0] NCCL INFO Using network Socket\n"
+    socket = ("node1:1:1 [0] NCCL INFO NET/Socket : Using [0]ib0:10.1.0.5<0>\nnode1:1:1 [0] NCCL INFO Using network "
+              "Socket\nnode2:7:7 [0] NCCL INFO NET/Socket : Using [0]ib0:10.1.0.6<0>\n")
     assert _primary(verbs + socket).cause == "ib-missing-in-container"
     assert _primary(socket).cause == "ib-not-used"
     assert not diagnose_text(socket.replace("ib0", "eth0"))
+    one_host = diagnose_text(socket.split("node2")[0])  # a single-host job sets up sockets it never uses
+    assert one_host[0].confidence < 0.5 and one_host[0].severity.name == "WARNING"
 
 
 def test_paddles_nccl_context_then_silence_is_a_setup_across_hosts():

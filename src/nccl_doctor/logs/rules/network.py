@@ -18,7 +18,7 @@ VIRTUAL = re.compile(r"^(?:lo|docker\d*|virbr\d*|veth\w*|br-\w+|cni\d*|flannel\.
                      r"weave|podman\d*|lxcbr\d*|lxdbr\d*)$")
 TUNNEL = re.compile(r"^(?:ip6tnl\d*|ip6gre\d*|gre\d*|gretap\d*|erspan\d*|sit\d*|tun\d+|tap\d+|wg\d+|tailscale\d*|"
                     r"zt\w+|ipip\d*|ip_vti\d*|vti\d*|ipsec\d*|nebula\d*)$")
-IPOIB = re.compile(r"ib[\w]*\d")  # IPoIB interfaces: ib0, ib1.8001, ibp12s0, ibs5
+IPOIB = re.compile(r"ib\w*\d")  # IPoIB interfaces: ib0, ib1.8001, ibp12s0, ibs5
 DEVICE = re.compile(r"\[\d+\](?P<iface>[\w.@-]+):(?P<addr>[0-9a-fA-F:.%\w-]+?)<\d+>")
 # Link-local addresses: IPv6 fe80::/10 (with its %scope) and IPv4 169.254/16 (cloud metadata and pod-identity
 # links, hosts with no DHCP answer). Each host has its own; no other host can route to them.
@@ -197,17 +197,20 @@ def rule_transports(view: LogView) -> Iterator[Clue]:
                    evidence=tuple(Evidence(shown[h].source, shown[h].text, shown[h].line) for h in socket_hosts[:3]))
 
 
-@rule("sockets-over-ipoib")
+@rule("sockets-over-ipoib", "sockets-over-ipoib-quiet")
 def rule_sockets_over_ipoib(view: LogView) -> Iterator[Clue]:
     """NCCL's TCP socket transport over an InfiniBand interface (IPoIB): the fabric is there, NCCL's IB transport
-    is not - in a container without libibverbs it cannot even open the verbs library."""
+    is not - in a container without libibverbs it cannot even open the verbs library. NCCL sets up its network
+    transport in single-host jobs too, where it carries nothing: there it is only a warning."""
     ipoib = [(iface, e) for (iface, _), e in used_interfaces(view).items()
              if IPOIB.match(iface) and e.sig.fact in ("socket_devices", "socket_device_entry")]
     if not ipoib or any("IB" in e.caps.get("net", "") for _, e in view.facts("network")):
         return
     verbs = [e for _, e in view.facts("ib_absent") if "libibverbs" in e.message.lower()]
     iface, shown = ipoib[0]
-    yield Clue("sockets-over-ipoib", f"NCCL's socket transport uses {iface}, an InfiniBand interface (IPoIB)"
+    between_hosts = view.multi_host() or bool(network_failed(view))
+    yield Clue("sockets-over-ipoib" if between_hosts else "sockets-over-ipoib-quiet",
+               f"NCCL's socket transport uses {iface}, an InfiniBand interface (IPoIB)"
                + (", and NCCL could not open libibverbs" if verbs else "") + ": traffic goes over TCP instead of RDMA",
                cause="ib-missing-in-container" if verbs else "ib-not-used", events=(shown, *verbs[:1]),
                fix=("Install rdma-core (libibverbs) in the image and map /dev/infiniband into the container "
