@@ -652,3 +652,25 @@ def test_a_shared_memory_segment_of_size_zero_is_a_misread_descriptor():
            "or directory (2)\n"
     assert _primary(text.format("\u040c", 0)).cause == "nccl-known-bug"
     assert _primary(text.format("abc123", 9637888)).cause == "shm-not-shared"
+
+
+# ---------------------------------------------------------------------------- launchers and wrappers
+
+def test_launcher_messages_of_the_wrappers_name_their_cause():
+    ssh = _primary("RuntimeError: Using hostfile at /job/hostfile but host=worker-1 was not reachable via ssh. If you "
+                   "are running with a single node please remove /job/hostfile or setup passwordless ssh.")
+    assert ssh.category == "rendezvous_network"
+    port = _primary("ConnectionError: Tried to launch distributed communication on port `29500`, but another process "
+                    "is utilizing it. Please specify a different port (such as using the `--main_process_port` flag or "
+                    "specifying a different `main_process_port` in your config file) and rerun your script.")
+    assert port.cause == "port-in-use"
+    slurm = _primary("ValueError: You set `num_nodes=2` in Lightning, but the number of nodes configured in SLURM "
+                     "`--nodes=1` does not match. HINT: Set `num_nodes=1`.")
+    assert slurm.cause == "rank-config-invalid"
+
+
+def test_a_wrappers_notices_are_not_failures():
+    local = diagnose_text("[WARNING] Unable to find hostfile, will proceed with training with local resources only.")
+    assert not local or local[0].confidence < 0.5  # printed by every single-node run: a weak clue at most
+    assert not diagnose_text("UserWarning: It is recommended to use `self.log('loss', ..., sync_dist=True)` when "
+                             "logging on epoch level in distributed setting to accumulate the metric across devices.")

@@ -19,13 +19,14 @@ from nccl_doctor.logs.signatures import signatures
 from nccl_doctor.logs.templates import MIN_FIXED, Template, fixed_text, meaning, printf_regex, templates
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "nccl_warn_templates.tsv"
-PROJECTS = {"nccl", "rccl", "aws-ofi-nccl", "gloo", "pytorch", "cuda"}
+PROJECTS = {"nccl", "rccl", "aws-ofi-nccl", "gloo", "pytorch", "cuda", "accelerate", "deepspeed", "lightning"}
 
 
 def test_every_project_is_in_the_tables():
     counts = Counter(t.project for t in templates())
     assert set(counts) == PROJECTS
     assert counts["nccl"] > 1000 and counts["pytorch"] > 1000 and counts["cuda"] > 100
+    assert counts["deepspeed"] > 50 and counts["lightning"] > 30 and counts["accelerate"] > 10
 
 
 def test_every_template_is_claimed_by_a_rule():

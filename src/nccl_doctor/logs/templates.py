@@ -1,5 +1,6 @@
 """Signatures derived from the sources: every error and warning template of NCCL, RCCL, aws-ofi-nccl, Gloo and
-PyTorch c10d, and the CUDA/HIP error strings, each with where it comes from and the releases that print it.
+PyTorch c10d, the CUDA/HIP error strings, and the launcher and distributed set-up messages of accelerate, DeepSpeed
+and Lightning, each with where it comes from and the releases that print it.
 
 The tables (catalog/templates/*.tsv) are facts extracted from the projects' sources release by release;
 catalog/template_causes.toml says what each template means. A template becomes a regex: printf placeholders
@@ -21,7 +22,7 @@ from typing import Any
 from ..catalog import cause as lookup_cause
 from ..catalog import load_toml, read_text
 
-TABLES = ("nccl", "rccl", "aws_ofi_nccl", "gloo", "pytorch", "cuda")
+TABLES = ("nccl", "rccl", "aws_ofi_nccl", "gloo", "pytorch", "cuda", "wrappers")
 SPECIFIC = 20  # letters and digits of fixed text a template needs to match anywhere in a line
 MIN_FIXED = 8  # below this a template is too vague to recognise at all
 # Where a short message is printed: a WARN line, a line of its own, after a prefix, NCCL's 'Last error:', or in
@@ -227,5 +228,6 @@ def render_table(table: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-TABLE_OF = {"aws-ofi-nccl": "aws_ofi_nccl"}
+TABLE_OF = {"aws-ofi-nccl": "aws_ofi_nccl",
+            "accelerate": "wrappers", "deepspeed": "wrappers", "lightning": "wrappers"}
 TABLES_DIR = "templates"  # under catalog/
