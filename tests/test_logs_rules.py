@@ -585,8 +585,8 @@ def test_a_batch_skipped_after_an_oom_on_one_rank_desynchronises_the_others():
 def test_the_watchdogs_timeout_at_work_line_is_a_timeout_on_its_own():
     text = ("[rank4]:[E114 15:08:00.554388780 ProcessGroupNCCL.cpp:1709] [PG 0 (default_pg) Rank 4] Timeout at NCCL "
             "work: 175, last enqueued NCCL work: 175, last completed NCCL work: 174.\n")
-    assert _primary(text).category == "collective_timeout_desync"
-    assert _primary(text).cause != "rank-died"
+    primary = _primary(text)
+    assert primary.category == "collective_timeout_desync" and primary.cause != "rank-died"
 
 
 def test_a_gloo_full_mesh_that_fails_after_the_store_worked_is_an_advertised_address():

@@ -34,8 +34,9 @@ def rule_hang_after_init(view: LogView) -> Iterator[Clue]:
     if ended(view) or view.multi_host() or view.events:
         return
     procs = view.col.procs
-    started = any(p.init_phases or p.transports or p.facts.get("nccl_version") or p.facts.get("bootstrap")
-                  or p.facts.get("tests_header") or p.facts.get("framework_collective") for p in procs)
+    framework = any(p.facts.get("framework_collective") for p in procs)  # TensorFlow's or Paddle's NCCL set-up
+    started = framework or any(p.init_phases or p.transports or p.facts.get("nccl_version") or p.facts.get("bootstrap")
+                               or p.facts.get("tests_header") for p in procs)
     hosts_ranks = view.facts("rank_host")
     if not started or output_after_setup(view):
         return
@@ -54,7 +55,7 @@ def rule_hang_after_init(view: LogView) -> Iterator[Clue]:
                         "that each can reach the others on the interface NCCL picks.",))
         return
     # a framework's NCCL all-reduce between local devices (TensorFlow's MirroredStrategy) runs on two or more
-    count = max(size, here, 2 if any(p.facts.get("framework_collective") for p in procs) else 0)
+    count = max(size, here, 2 if framework else 0)
     if count < 2 and not view.hint("hang_reported"):
         return  # one process's setup lines alone: a log cut short as likely as a hang
     transports = sorted({t for p in procs for t in p.transports})
