@@ -9,10 +9,7 @@ import click
 from ..logs import diagnose_paths
 from ..model import Report
 from ..render import emit, literal
-from ..render.markdown import render_markdown
 from ..render.progress import reading
-from ..render.table import print_rank_table
-from ..render.text import console_for
 
 MAX_SEEN = 12
 MAX_TEXT = 200
@@ -33,6 +30,11 @@ def logs(paths: tuple[str, ...], as_json: bool, as_markdown: bool, engine: str) 
         click.echo(f"nccl-doctor: skipped: {literal.shown(problem)}", err=True)
     if as_json:
         return emit(report, as_json=True)
+    # rich, imported only here: `--json` starts without it
+    from ..render.markdown import render_markdown
+    from ..render.table import print_rank_table
+    from ..render.text import console_for
+
     out = sys.stdout
     if as_markdown:
         out.write(render_markdown(report))

@@ -98,9 +98,9 @@ class HyperscanEngine:
         made_from = disk_cache.key(CACHE_FORMAT, _hs_version(hyperscan), _common_text_stamp(), sorted(sample),
                                    [(s.index, s.pattern, s.by_literal, s.literals, caseless(s)) for s in sigs])
         groups = _cached_groups(made_from, sigs, sample)
-        by_index = {s.index: s for s in sigs}
-        self.groups = {GROUP_IDS + g: tuple((i, own_literals(by_index[i])) for i in members)
-                       for g, (_, members) in enumerate(groups)}
+        self.by_index = {s.index: s for s in sigs}
+        self.groups = {GROUP_IDS + g: members for g, (_, members) in enumerate(groups)}
+        self.members: dict[int, tuple[tuple[int, Literals], ...]] = {}  # of the groups found so far, with literals
         self.full = _database(hyperscan, made_from, lambda: _expressions(hyperscan, sigs, (), groups))
         self.sampled = (_database(hyperscan, disk_cache.key(made_from, "sampled"),
                                   lambda: _expressions(hyperscan, sigs, sample, groups)) if sample else self.full)
@@ -115,7 +115,15 @@ class HyperscanEngine:
 
         db = self.sampled if sampled else self.full
         db.scan(data, match_event_handler=on_match, scratch=self.scratch[id(db)])
-        return _group_by_line(data, _members_found(data, hits, self.groups))
+        return _group_by_line(data, _members_found(data, hits, self._members))
+
+    def _members(self, ident: int) -> tuple[tuple[int, Literals], ...] | None:
+        """A literal group's members with their literals (worked out when the group is first found: a log meets
+        few of the 1,400), or None for a signature's own id."""
+        found = self.members.get(ident)
+        if found is None and ident in self.groups:
+            found = self.members[ident] = tuple((i, own_literals(self.by_index[i])) for i in self.groups[ident])
+        return found
 
 
 def _common_text_stamp() -> object:
@@ -133,14 +141,14 @@ def own_literals(sig: Signature) -> Literals:
     return tuple((lit.encode().lower() if folded else lit.encode(), folded) for lit in sig.literals)
 
 
-def _members_found(data: bytes, hits: list[tuple[int, int]], groups: dict[int, tuple[tuple[int, Literals], ...]]
-                   ) -> list[tuple[int, int]]:
+def _members_found(data: bytes, hits: list[tuple[int, int]],
+                   members_of: Callable[[int], tuple[tuple[int, Literals], ...] | None]) -> list[tuple[int, int]]:
     """Hits of literal groups replaced by a hit of each member found in the line, where its first literal ends:
     what looking for each member's own literals reports."""
     found: list[tuple[int, int]] = []
     done: set[tuple[int, int]] = set()
     for offset, ident in hits:
-        members = groups.get(ident)
+        members = members_of(ident) if ident >= GROUP_IDS else None
         if members is None:
             found.append((offset, ident))
             continue

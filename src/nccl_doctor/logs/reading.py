@@ -23,7 +23,7 @@ import os
 import re
 import sys
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cache, partial
 from typing import Any
 
@@ -538,16 +538,11 @@ class SourceReader:
         if not tail:
             return
         data = tail[0].data if len(tail) == 1 else b"".join(c.data for c in tail)
-        # only the last TAIL_LINES lines are split off; the scan counted the lines before them
-        lines = data.rsplit(b"\n", TAIL_LINES + 1)
-        first_line = tail[0].first_line + sum(c.lines for c in tail) + 1 - len(lines)
-        if lines and lines[-1] == b"":
-            lines.pop()
+        last_line = tail[0].first_line + sum(c.lines for c in tail)  # the number of the line after the last newline
         picked: list[tuple[int, str, LineInfo, str]] = []
         seen: set[tuple[str | None, int | None, int | None]] = set()
         quiet = 0
-        for offset in range(len(lines) - 1, max(-1, len(lines) - 1 - TAIL_LINES), -1):
-            raw = lines[offset]
+        for line_no, raw in _lines_backwards(data, last_line, TAIL_LINES):
             if not raw.strip():
                 continue
             text = _clean(raw)
@@ -555,7 +550,7 @@ class SourceReader:
             message = info.message.strip()
             if not message.strip("-=*#[]. "):  # empty, or a rule of dashes and brackets
                 continue
-            picked.append((first_line + offset, text, info, message))
+            picked.append((line_no, text, info, message))
             who = (info.host, info.pid, info.rank)
             quiet = 0 if who not in seen else quiet + 1
             seen.add(who)
@@ -671,6 +666,23 @@ def _transport_name(raw: str) -> str:
     if "shared memory" in raw or raw.startswith("SHM"):
         return "SHM"
     return raw
+
+
+def _lines_backwards(data: bytes, last_line: int, most: int) -> Iterator[tuple[int, bytes]]:
+    """The last `most` lines of data, last first, with their numbers (`last_line` is that of the line after the
+    last newline, empty when data ends with one). Only the lines read are cut out: the tail is left after a
+    hundred lines or so."""
+    end = len(data)
+    line_no = last_line
+    if data.endswith(b"\n"):
+        end -= 1
+        line_no -= 1
+    for _ in range(most):
+        if end < 0:
+            return
+        start = data.rfind(b"\n", 0, end) + 1
+        yield line_no, data[start:end]
+        end, line_no = start - 1, line_no - 1
 
 
 def _clean(raw: bytes) -> str:

@@ -104,6 +104,9 @@ class Signature:
         return captures(m) if m else None
 
 
+FIELDS = tuple(f.name for f in dataclasses.fields(Signature))  # the order of a cached table's rows
+
+
 def captures(m: re.Match[str]) -> dict[str, str]:
     """A match's named captures; interned: the same values (sizes, phases, ids) recur in thousands of kept lines."""
     return {k: sys.intern(v) for k, v in m.groupdict().items() if v is not None}
@@ -449,7 +452,7 @@ def distinctive(literal: str, common: CommonText, pattern: str | None = None) ->
     return pattern is not None and all(re.search(pattern, line) for line in common.lines_with(lit))
 
 
-TABLE_FORMAT = 1  # bump when what a cached signature table means changes
+TABLE_FORMAT = 2  # bump when what a cached signature table means changes
 
 
 @cache
@@ -465,10 +468,10 @@ def signatures() -> tuple[Signature, ...]:
     if blob is not None:
         try:
             return tuple(_from_json(row) for row in json.loads(blob))
-        except (ValueError, TypeError, KeyError):  # a damaged entry: made again below
+        except (ValueError, TypeError, KeyError, IndexError):  # a damaged entry: made again below
             pass
     table = _build()
-    disk_cache.write(name, json.dumps([dataclasses.asdict(s) for s in table]).encode())
+    disk_cache.write(name, json.dumps([[getattr(s, f) for f in FIELDS] for s in table]).encode())
     return table
 
 
@@ -481,12 +484,19 @@ def catalog_stamps() -> list[tuple[str, int, int]]:
     return [(str(path), (st := os.stat(str(path))).st_size, st.st_mtime_ns) for path in paths]
 
 
-def _from_json(row: dict[str, Any]) -> Signature:
+def _from_json(row: list[Any]) -> Signature:
+    """A cached row (the fields in order) as the Signature it was: set in place, as a frozen dataclass's own
+    __init__ would (a third of the time; thousands are made at each start)."""
+    if len(row) != len(FIELDS):
+        raise ValueError("a row of another table format")
+    values = dict(zip(FIELDS, row))
     for name in ("literals", "fixed_in"):
-        if row.get(name) is not None:
-            row[name] = tuple(row[name])
-    row["also"] = tuple(tuple(pair) for pair in row.get("also", ()))
-    return Signature(**row)
+        if values[name] is not None:
+            values[name] = tuple(values[name])
+    values["also"] = tuple(tuple(pair) for pair in values["also"])
+    sig = object.__new__(Signature)
+    sig.__dict__.update(values)
+    return sig
 
 
 def _build() -> tuple[Signature, ...]:

@@ -12,7 +12,6 @@ from typing import TextIO
 
 from ..model import Report
 from ..redact import redact_json
-from .text import render_text
 
 
 def render_json(report: Report) -> str:
@@ -25,5 +24,7 @@ def emit(report: Report, *, as_json: bool = False, out: TextIO | None = None) ->
     if as_json:
         out.write(render_json(report) + "\n")
     else:
+        from .text import render_text  # rich, imported only to draw
+
         render_text(report, out)
     return report.exit_code

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import html as _html
 import re
-from typing import Any
-
-from rich.markup import escape as _rich_escape
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from ..redact import redact_text
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 # C0 and C1 controls but tab and newline, DEL, soft hyphen, zero-width and bidi controls, line/paragraph
 # separators, lone surrogates (undecodable input), interlinear annotations, Unicode tag characters.
@@ -60,13 +60,17 @@ def _ellipsis(text: str, limit: int) -> str:
 
 def text(value: Any, style: str = "") -> Text:
     """A rich Text holding the string literally: never parsed as markup."""
+    from rich.text import Text  # rich only where it draws: `--json` and plain text start without it
+
     return Text(shown(value), style=style)
 
 
 def markup(value: Any, limit: int | None = None) -> str:
     """The string for an f-string of rich markup: `f"[dim]{markup(path)}[/dim]"`; with a limit, clipped() on it
     (shown() once: shown twice, an escaped control character could read as the shape of a secret)."""
-    return _rich_escape(shown(value) if limit is None else clipped(value, limit))
+    from rich.markup import escape
+
+    return escape(shown(value) if limit is None else clipped(value, limit))
 
 
 # ------------------------------------------------------------------ Markdown

@@ -5,11 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TextIO
-
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
-
-from .text import console_for
+from typing import Any, TextIO
 
 SHOWN_FROM = 100 * 1000 * 1000  # bytes: smaller inputs are read before a bar would be worth drawing
 
@@ -18,11 +14,16 @@ SHOWN_FROM = 100 * 1000 * 1000  # bytes: smaller inputs are read before a bar wo
 def reading(what: str, err: TextIO | None = None) -> Iterator[Callable[[int], Callable[[int], None] | None]]:
     """Yields `start(total_bytes)`, which returns `advance(bytes_read_so_far)` when a bar is drawn, else None."""
     err = err or sys.stderr
-    bar: list[Progress] = []
+    bar: list[Any] = []
 
     def start(total: int) -> Callable[[int], None] | None:
         if total < SHOWN_FROM or not err.isatty():
             return None
+        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                                   TransferSpeedColumn)  # only when a bar is drawn: a start without rich is faster
+
+        from .text import console_for
+
         progress = Progress(TextColumn(what), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                             TimeRemainingColumn(), console=console_for(err), transient=True)
         task = progress.add_task(what, total=total)
