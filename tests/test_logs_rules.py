@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nccl_doctor.catalog import cause
 from nccl_doctor.logs import diagnose_text
 from nccl_doctor.model import Severity
 
@@ -674,3 +675,62 @@ def test_a_wrappers_notices_are_not_failures():
     assert not local or local[0].confidence < 0.5  # printed by every single-node run: a weak clue at most
     assert not diagnose_text("UserWarning: It is recommended to use `self.log('loss', ..., sync_dist=True)` when "
                              "logging on epoch level in distributed setting to accumulate the metric across devices.")
+
+
+# ---------------------------------------------------------------------------- lessons of batches 41-46
+
+def test_exit_signals_read_the_same_from_every_launcher():
+    for line in ("[2023-07-20 15:45:13,982] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python3', '-u', "
+                 "'main.py', '--local_rank=1'] exits with return code = -7",
+                 "subprocess.CalledProcessError: Command '['/usr/bin/python', 'train.py']' died with "
+                 "<Signals.SIGBUS: 7>."):
+        assert _primary(line).cause == "shm-too-small"
+    killed = _primary("[ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python3', '-u', 'main.py'] exits with "
+                      "return code = -9")
+    assert killed.cause == "host-oom-killed"
+    assert "shm-too-small" not in _ranked(diagnose_text("[ERROR] [launch.py:321:sigkill_handler] ['python', "
+                                                         "'main.py'] exits with return code = -70"))
+
+
+def test_gloos_address_family_check_names_ipv4_and_ipv6_peers():
+    primary = _primary("[rank0]: RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:276] "
+                       "ss1.ss_family == ss2.ss_family. 2 vs 10")
+    assert primary.cause == "address-family-differs" and primary.category == "rendezvous_network"
+
+
+def test_a_pytorch_without_libuv_cannot_make_the_default_store():
+    primary = _primary("RuntimeError: use_libuv was requested but PyTorch was build without libuv support")
+    assert primary.cause == "tcpstore-libuv-missing"
+    assert any("USE_LIBUV=0" in step for step in cause(primary.cause).fix)
+
+
+def test_compiler_errors_naming_nccl_mean_headers_older_than_the_code():
+    for line in ('nccl.cu(99): error: class "ncclDevCommRequirements" has no member "ginTrafficClass"',
+                 'csrc/ops.cu(12): error: identifier "ncclCommRegister" is undefined',
+                 "pynccl.cpp:40:5: error: 'ncclGroupSimulateEnd' was not declared in this scope",
+                 "comm.cc:7:3: error: use of undeclared identifier 'NCCL_CONFIG_UNDEF_INT'"):
+        assert _primary(line).cause == "nccl-too-old-for-build", line
+    assert not diagnose_text("main.cu(3): error: identifier \"cudaFooBar\" is undefined") or \
+        _primary("main.cu(3): error: identifier \"cudaFooBar\" is undefined").cause != "nccl-too-old-for-build"
+
+
+def test_a_service_mesh_denial_is_an_unreachable_rendezvous():
+    primary = _primary("rbac_access_denied_matched_policy[none]")
+    assert primary.cause == "master-unreachable"
+    assert any("sidecar" in step for step in cause(primary.cause).fix)
+
+
+def test_fabric_manager_refusing_another_driver_version():
+    primary = _primary("fabric manager NVIDIA GPU driver interface version 590.48.01 don't match with driver version "
+                       "580.126.09.\nPlease update with matching NVIDIA driver package.")
+    assert primary.cause == "fabric-manager"
+
+
+def test_tracebacks_cut_before_their_message_still_name_the_rendezvous_step():
+    unset = _primary('  File "/env/lib/python3.8/site-packages/torch/distributed/rendezvous.py", line 166, in '
+                     '_env_rendezvous_handler\n    raise _env_error("MASTER_ADDR")\n')
+    assert unset.cause == "rank-config-invalid"
+    store = _primary('  File "/env/lib/python3.7/site-packages/torch/distributed/rendezvous.py", line 133, in '
+                     '_tcp_rendezvous_handler\n    store = TCPStore(result.hostname, result.port, world_size, '
+                     'start_daemon, timeout)\n')
+    assert store.category == "rendezvous_network" and store.confidence < 0.5
