@@ -734,3 +734,47 @@ def test_tracebacks_cut_before_their_message_still_name_the_rendezvous_step():
                      '_tcp_rendezvous_handler\n    store = TCPStore(result.hostname, result.port, world_size, '
                      'start_daemon, timeout)\n')
     assert store.category == "rendezvous_network" and store.confidence < 0.5
+
+
+# ---------------------------------------------------------------------------- lessons of batches 47-49
+
+def test_a_watchdog_line_with_placeholders_is_still_a_timeout():
+    primary = _primary("Watchdog caught collective operation timeout: WorkNCCL(... OpType=BROADCAST ...)\n"
+                       "ran for 3600001 ms before timing out  ->  Signal 6 (SIGABRT)")
+    assert primary.category in ("collective_timeout_desync", "timeout_rank0_only_work")
+    gloo = _primary("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting xxxx ms for recv "
+                    "operation to complete")
+    assert gloo.cause == "collective-timeout"
+
+
+def test_a_quoted_queue_pair_failure_without_its_prefix_is_read():
+    primary = _primary("NCCL error: unhandled system error\nibv_modify_qp failed with 110 Connection timed out, on dev "
+                       "rocep1s0f0:1\n")
+    assert primary.category == "infiniband_roce"
+
+
+def test_a_gpu_the_driver_could_not_probe_is_a_hardware_fault():
+    primary = _primary("NVRM: The NVIDIA GPU 000a:00:00.0 (PCI ID: 10de:2330) installed in this system\n"
+                       "NVRM: The NVIDIA probe routine failed for 1 device(s).\n")
+    assert primary.category == "hardware_fault"
+
+
+def test_the_nccl_backend_in_a_build_without_nccl():
+    primary = _primary("RuntimeError: Distributed package doesn't have NCCL built in")
+    assert primary.cause == "nccl-backend-unavailable"
+    assert any("gloo" in step for step in cause(primary.cause).fix)
+
+
+def test_a_workers_network_settings_overwritten_by_the_drivers():
+    ib = _primary("Overwriting environment variable NCCL_IB_HCA from 'rocep1s0f0,roceP2p1s0f0' to "
+                  "'rocep1s0f1,roceP2p1s0f1'")
+    assert ib.cause == "network-setting-propagated"
+    ifname = _primary("Overwriting environment variable NCCL_SOCKET_IFNAME from 'enp1s0f0np0' to 'enp1s0f1np1'")
+    assert ifname.category == "network_interface"
+    assert not diagnose_text("Overwriting environment variable HF_HOME from '/a' to '/b'")
+
+
+def test_a_file_rendezvous_points_at_a_leftover_file():
+    primary = _primary("init method: file://distributed.dpt\nbackend: nccl\nrank: 0\n")
+    assert primary.cause == "rendezvous-file-stale" and primary.confidence < 0.5
+    assert not diagnose_text("Saved checkpoint to file:///tmp/ckpt.pt")
