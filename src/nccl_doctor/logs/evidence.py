@@ -20,7 +20,7 @@ from ..model import Evidence, Severity
 from ..model import ranges
 from .records import Collection, Event, Proc
 from .resemblance import words
-from .signatures import signatures
+from .signatures import by_id, signatures
 
 MAX_EVIDENCE = 8
 # A log with no recognised error line still tells of a failure (LogView.failure_lines) when the reader kept a
@@ -90,15 +90,12 @@ class Observation:
 
 
 @cache
-def observations() -> dict[str, Observation]:
-    """Every observation: the catalog's rule observations and one per error signature."""
+def rule_observations() -> dict[str, Observation]:
+    """The catalog's rule observations (catalog/observations.toml)."""
     table: dict[str, Observation] = {}
-    for sig in signatures():
-        if sig.is_error:
-            family = f"{sig.role} lines" if sig.role in ("generic", "echo") else ""
-            table[sig.id] = Observation(sig.id, sig.note or sig.example, sig.causes, line=True, family=family)
+    error_signatures = {sig.id for sig in signatures() if sig.is_error}
     for row in load_toml("observations.toml")["observation"]:
-        if row["id"] in table:
+        if row["id"] in table or row["id"] in error_signatures:
             raise ValueError(f"observation {row['id']} defined twice")
         if "strength" in row:  # the rule picks the cause: one of a list, or any ("*")
             named = causes_catalog() if row["causes"] == "*" else row["causes"]
@@ -113,11 +110,30 @@ def observations() -> dict[str, Observation]:
     return table
 
 
-def observation(observation_id: str) -> Observation:
+@cache
+def signature_observation(signature_id: str) -> Observation | None:
+    """What an error signature's line means (made when a log first meets it: of thousands, a log meets a few)."""
     try:
-        return observations()[observation_id]
+        sig = by_id(signature_id)
     except KeyError:
-        raise KeyError(f"unknown observation {observation_id!r}") from None
+        return None
+    if not sig.is_error:
+        return None
+    family = f"{sig.role} lines" if sig.role in ("generic", "echo") else ""
+    return Observation(sig.id, sig.note or sig.example, sig.causes, line=True, family=family)
+
+
+def observations() -> dict[str, Observation]:
+    """Every observation: the catalog's rule observations and one per error signature."""
+    lines = {sig.id: signature_observation(sig.id) for sig in signatures() if sig.is_error}
+    return {**lines, **rule_observations()}  # type: ignore[dict-item]
+
+
+def observation(observation_id: str) -> Observation:
+    found = rule_observations().get(observation_id) or signature_observation(observation_id)
+    if found is None:
+        raise KeyError(f"unknown observation {observation_id!r}")
+    return found
 
 
 def spread(events: list[Event], limit: int) -> list[Event]:
