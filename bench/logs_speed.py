@@ -10,8 +10,9 @@ size, on the warm page cache and in one run:
   grep (anchor)         LC_ALL=C grep -c -E 'A1|...|A14' FILES: the 14 messages a user would grep for
   grep (all patterns)   LC_ALL=C grep -c -i -E -e SIG1 -e SIG2 ... FILES: every catalog signature as POSIX ERE
   nccl-doctor logs      nccl-doctor logs --json DIR, as installed (full diagnosis)
-and prints the times, the ratios, nccl-doctor's peak RSS (its processes together, sampled every 20 ms) and
-whether both planted faults are named. Last, start-up: `nccl-doctor logs --json` on a one-line file with an
+and prints the times (grep's anchor and nccl-doctor: the median of three runs), the ratios, nccl-doctor's
+peak RSS (its processes together, sampled every 20 ms in a run of its own: on two cores the sampler would slow
+the timed run) and whether both planted faults are named. Last, start-up: `nccl-doctor logs --json` on a one-line file with an
 empty cache directory (compiles the signature database) and again (loads it).
 Targets: ratio to the anchor <= 1.0 (stretch 0.5), RSS <= 300 MB.
 """
@@ -37,16 +38,30 @@ from logs_generate import write_corpus  # noqa: E402
 
 from nccl_doctor.logs.signatures import grep_expression, signatures  # noqa: E402
 
+RUNS = 3  # timed runs of grep (anchor) and nccl-doctor: their median is printed
 ANCHOR = ["NCCL WARN", "Watchdog caught collective operation timeout", "NCCL error", "ncclInternalError",
           "ncclSystemError", "ncclUnhandledCudaError", "ncclInvalidUsage", "ncclRemoteError",
           "Connection closed by remote peer", "Got completion from peer", "CUDA error", "out of memory",
           "NCCL version", "Init COMPLETE"]
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int, bytes]:
-    """Wall seconds, peak RSS (bytes, the process and its children summed, sampled) and stdout of one command."""
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, bytes]:
+    """Wall seconds and stdout of one command, with nothing else running here."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env).stdout
+    return time.perf_counter() - start, out
+
+
+def median_time(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, bytes]:
+    """The median of RUNS timed runs (a 2-core machine's timings wander by a tenth)."""
+    runs = [timed(cmd, env) for _ in range(RUNS)]
+    return sorted(t for t, _ in runs)[len(runs) // 2], runs[-1][1]
+
+
+def peak_rss(cmd: list[str], env: dict[str, str] | None = None) -> int:
+    """Peak RSS in bytes of a command, its processes together, sampled every 20 ms. A run of its own: on two
+    cores the sampler's own work would slow a command that keeps both busy, so it is not the timed one."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     peak = [0]
     done = threading.Event()
 
@@ -65,13 +80,11 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    out = proc.stdout.read() if proc.stdout else b""
     _, _, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - start
     done.set()
     sampler.join()
     proc.returncode = 0
-    return seconds, max(peak[0], usage.ru_maxrss * 1024), out
+    return max(peak[0], usage.ru_maxrss * 1024)
 
 
 def grep_lines(out: bytes) -> int:
@@ -98,16 +111,17 @@ def run_size(args: argparse.Namespace, gib: float, doctor: list[str]) -> None:
     subprocess.run(["cat", *files], stdout=subprocess.DEVNULL)  # warm the page cache for all
     c_locale = {**os.environ, "LC_ALL": "C"}
     times = {}
-    seconds, _, out = timed(["grep", "-c", "-E", "|".join(ANCHOR), *files], c_locale)
+    seconds, out = median_time(["grep", "-c", "-E", "|".join(ANCHOR), *files], c_locale)
     times["grep (anchor, 14)"] = seconds
     print(f"{'grep (anchor, 14)':26s} {seconds:7.2f} s  {mib / seconds:6.0f} MiB/s  {grep_lines(out)} lines")
     if not args.no_all_patterns:
         patterns = [grep_expression(s.pattern) for s in signatures()]
         cmd = ["grep", "-c", "-i", "-E", *[a for p in patterns for a in ("-e", p)], *files]
-        seconds, _, out = timed(cmd, c_locale)
+        seconds, out = timed(cmd, c_locale)  # once: it takes several times as long
         times[f"grep (all {len(patterns)})"] = seconds
         print(f"{f'grep (all {len(patterns)})':26s} {seconds:7.2f} s  {mib / seconds:6.0f} MiB/s  {grep_lines(out)} lines")
-    seconds, rss, out = timed([*doctor, str(corpus)])
+    seconds, out = median_time([*doctor, str(corpus)])
+    rss = peak_rss([*doctor, str(corpus)])
     report = json.loads(out)
     inputs = report["facts"]["inputs"]
     print(f"{'nccl-doctor logs':26s} {seconds:7.2f} s  {mib / seconds:6.0f} MiB/s  peak RSS {rss / 1e6:.0f} MB  "
@@ -129,9 +143,9 @@ def start_up(doctor: list[str]) -> None:
         log = Path(tmp) / "rank-0.log"
         log.write_text("node-1:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n")
         env = {**os.environ, "NCCL_DOCTOR_CACHE_DIR": str(Path(tmp) / "cache")}
-        cold, _, _ = timed([*doctor, str(log)], env)
+        cold, _ = timed([*doctor, str(log)], env)
         warm = min(timed([*doctor, str(log)], env)[0] for _ in range(3))
-        bare, _, _ = timed([sys.executable, "-c", "pass"])
+        bare, _ = timed([sys.executable, "-c", "pass"])
     print(f"\nstart-up (`logs --json` on a one-line file): cold cache {cold:.2f} s, warm cache {warm:.2f} s "
           f"(python itself {bare:.2f} s)")
 

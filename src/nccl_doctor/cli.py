@@ -15,6 +15,7 @@ import threading
 import click
 
 from . import __version__
+from .ending import leave
 from .model import InputError, Terminated
 from .commands import COMMANDS
 from .render.literal import shown
@@ -87,11 +88,8 @@ def run(argv: list[str] | None = None) -> int:
 
 def main() -> None:
     code = run()
-    if "torch.distributed" in sys.modules:
-        # torch's C++ threads (process groups, stores) can still run at interpreter teardown, where destroying
-        # them aborts the process now and then ('terminate called without an active exception', exit -6) after
-        # the report was given: a rank leaves as its watchdog does, with everything flushed and nothing torn down
-        from .cluster.watchdog import leave
-
-        leave(code)
-    sys.exit(code)
+    # torch's C++ threads (process groups, stores) can still run at interpreter teardown, where destroying them
+    # aborts the process now and then ('terminate called without an active exception', exit -6) after the
+    # report was given: a rank leaves as its watchdog does, no exit handler waiting on them. Otherwise the exit
+    # handlers run and only the teardown is skipped.
+    leave(code, exit_handlers="torch.distributed" not in sys.modules)

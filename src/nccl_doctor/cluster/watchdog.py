@@ -12,7 +12,6 @@ whether it is asked about a process of its host.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import sys
@@ -20,6 +19,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from ..ending import leave
 from ..model import Evidence, Finding, fold, ranges
 from .store import Exchange
 from ..roads import emits
@@ -67,16 +67,6 @@ class RankWatch(threading.Thread):
         for rank, who in asked.items():
             if who["host"] == self.host and int(rank) != self.rank and not self.exchange.has(f"state/{rank}"):
                 self.exchange.put(f"state/{rank}", pid_state(who["pid"]))
-
-
-def leave(code: int) -> None:
-    """End the process now, its output flushed, without the interpreter's teardown (threads may be stuck)."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
-    os._exit(code)
 
 
 class Liveness:
