@@ -377,14 +377,14 @@ class SourceReader:
             pos, line_no = 0, first_line
             taken: set[int] = set()  # saturating signatures whose line of this block was read once saturated
             for start, stop, ids in self.engine.scan(block, sampled):
-                line_no += newlines(block, pos, start, self.wide)  # hits come in line order
-                pos = start
                 now = sampled or (self._saturated() and self.saturating.issuperset(ids))
                 if now and not sampled:  # saturated within the block: as if sampled from here on
                     if taken.issuperset(ids):
-                        continue
+                        continue  # its newlines are counted with the next line read
                     taken.update(ids)
                     self.sampled = True
+                line_no += newlines(block, pos, start, self.wide)  # hits come in line order
+                pos = start
                 self._on_line(line_no, block[start:stop], ids, now)
             first_line = line_no + newlines(block, pos, None, self.wide)
             at = end
