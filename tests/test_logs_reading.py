@@ -450,3 +450,17 @@ def test_a_short_paste_full_of_escapes_is_text_and_nul_bytes_are_binary():
     assert not looks_binary(b"[rank1]: RuntimeError: BEGINP \x1f\x1f\x1f\x1f\x1f ENDP\n")
     assert looks_binary(b"\x7fELF\x02\x01\x01\x00")
     assert looks_binary(bytes(range(1, 32)) * 200)  # a long head that is mostly control characters
+
+
+def test_transport_lines_read_once_per_writer_still_tell_every_transport(tmp_path):
+    """A writer's channel lines that end alike are read once (logs/reading.py _transport_seen); another transport
+    of the same writer, or the same line from another process, is still read (before the lines saturate)."""
+    line = "{host}:42:42 [0] NCCL INFO Channel {ch:02d}/0 : 0[0] -> 1[1] via {via}\n"
+    lines = [line.format(host="node-1", ch=i % 32, via="P2P/CUMEM/read") for i in range(3000)]
+    lines.insert(30, line.format(host="node-1", ch=5, via="NET/IB/0/GDRDMA"))
+    lines.insert(40, line.format(host="node-2", ch=6, via="P2P/CUMEM/read"))
+    lines.insert(50, line.format(host="node-2", ch=6, via="SHM/direct/direct"))
+    log = tmp_path / "job.log"
+    log.write_text("".join(lines))  # over 64 KiB: not a pasted excerpt, whose every line is kept
+    procs = collect_paths([str(log)]).procs
+    assert sorted(sorted(p.transports) for p in procs) == [["NET/IB", "P2P"], ["P2P", "SHM"]]

@@ -51,6 +51,7 @@ SATURATING = ("transport", "comm_init")
 QUIET_SATURATED = 64  # saturating lines in a row that told nothing new before a source is sampled
 FIRST_BLOCK = 16 * 1024  # read in full, a source is scanned in blocks that double from this up to a chunk
 MAX_PENDING = 4096  # communicators still initialising that a source tracks (beyond: never sampled)
+MAX_TRANSPORT_KEYS = 1024  # transport lines a source remembers having read (beyond: each is read)
 PARALLEL_BYTES = 64 << 20  # below this much input, worker processes cost more than they save
 BATCHES = 8  # batches of files per worker: few readings to send back, yet both cores busy to the end ...
 BATCH_FILES = 64  # ... each of at most this many files (a worker's reading of them stays small)
@@ -287,6 +288,8 @@ class SourceReader:
         self.sampled = False  # whether saturating lines were ever sampled
         self.block = FIRST_BLOCK
         self.claimed: set[int] | None = set()  # lines a signature recognised, while the source is small
+        self.transport_ids = _transport_signatures()
+        self.transports_read: set[bytes] = set()  # writer prefix + line end of transport lines read
 
     def read(self) -> Reading:
         source = self.source
@@ -383,15 +386,36 @@ class SourceReader:
                         continue  # its newlines are counted with the next line read
                     taken.update(ids)
                     self.sampled = True
+                seen = self._transport_seen(block, start, stop, ids)
+                if seen is True:
+                    self.quiet += 1  # what reading it would do: a known writer, a known transport
+                    continue
                 line_no += newlines(block, pos, start, self.wide)  # hits come in line order
                 pos = start
-                self._on_line(line_no, block[start:stop], ids, now)
+                if self._on_line(line_no, block[start:stop], ids, now) and seen:
+                    self.transports_read.add(seen)
             first_line = line_no + newlines(block, pos, None, self.wide)
             at = end
         return first_line - chunk.first_line
 
     def _saturated(self) -> bool:
         return self.quiet >= QUIET_SATURATED and not self.pending
+
+    def _transport_seen(self, block: bytes, start: int, stop: int, ids: list[int]) -> bytes | bool:
+        """For a line only transport signatures reported, in NCCL's own prefix: True when the same writer (host,
+        pid, thread, device) printed a line ending the same way (`via P2P/CUMEM/read`) that a signature recognised,
+        which is all such a line can tell; else its key (False where there is none).
+
+        A communicator's channel lines, read in full until it completes, are most lines of a rank that makes
+        communicators as it goes: each would be decoded, attributed and matched to tell nothing new."""
+        if self.claimed is not None or not self.transport_ids.issuperset(ids):
+            return False  # (a small source keeps every line it recognises: its unclaimed ones are read again)
+        prefix_end = block.find(b" NCCL INFO ", start, stop)
+        via = block.rfind(b" via ", start, stop)
+        if prefix_end <= start or via < 0 or len(self.transports_read) >= MAX_TRANSPORT_KEYS:
+            return False
+        key = bytes(block[start:prefix_end]) + bytes(block[via:stop])
+        return True if key in self.transports_read else key
 
     def _add_dump(self, stream: Any, head: bytes) -> None:
         try:
@@ -416,7 +440,8 @@ class SourceReader:
 
     # ------------------------------------------------------------------ one line
 
-    def _on_line(self, line_no: int, raw: bytes, ids: list[int], sampled: bool = False) -> None:
+    def _on_line(self, line_no: int, raw: bytes, ids: list[int], sampled: bool = False) -> bool:
+        """Read one reported line; whether a signature recognised it."""
         text = _clean(raw)
         info = attribute(text)
         matched: list[tuple[Signature, dict[str, str]]] = []
@@ -428,7 +453,7 @@ class SourceReader:
             if caps is not None:
                 matched.append((sig, caps))
         if not matched:
-            return
+            return False
         # A written signature that knows the line (a fact, a specific error or an echo) overrides the generated
         # templates; a written catch-all (generic) does not hide a template's more precise reading.
         # the other readings are all kept for the weighing. Hints marked `unclaimed` only stand for lines nothing
@@ -456,6 +481,7 @@ class SourceReader:
                 self.quiet = 0 if news or new_writer else self.quiet + 1
             else:
                 self._record(event())
+        return True
 
     def _known(self, info: LineInfo) -> bool:
         """Whether the line's writer has been seen in this source (before identify() records it)."""
@@ -649,6 +675,11 @@ class SourceReader:
 def saturating_signatures() -> frozenset[int]:
     """The signatures of facts that saturate (by index): the engine samples them once they are known."""
     return frozenset(s.index for s in signatures() if s.fact in SATURATING)
+
+
+@cache
+def _transport_signatures() -> frozenset[int]:
+    return frozenset(s.index for s in signatures() if s.fact == "transport")
 
 
 @cache

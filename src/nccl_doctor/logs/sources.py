@@ -315,11 +315,12 @@ def _read_error(exc: BaseException, where: str) -> str:
 
 BINARY_SHARE = 0.1  # control characters in a text log's head stay below this share ...
 BINARY_SAMPLE = 4096  # ... of this many bytes at least: a short paste full of escapes is still text
+_NOT_CONTROL = bytes(range(32, 256)) + b"\t\n\x0c\r\x1b"  # printable, and the controls text logs hold
 
 
 def looks_binary(head: bytes) -> bool:
     """Text logs hold no NUL bytes and few control characters (binary files have NULs in their first bytes)."""
     if b"\x00" in head:
         return True
-    controls = sum(1 for b in head if b < 32 and b not in (9, 10, 12, 13, 27))
+    controls = len(head.translate(None, _NOT_CONTROL))  # in C: a per-byte loop cost thousands of files 0.1 s
     return controls > max(len(head), BINARY_SAMPLE) * BINARY_SHARE
