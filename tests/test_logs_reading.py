@@ -379,7 +379,7 @@ def test_readings_add_up_the_same_in_any_grouping(sources, data):
 
     def read(i: int, lines: list[str]) -> reading.Reading:
         source = Source(name=f"rank-{i % 3}.log", stream=io.BytesIO("\n".join(lines).encode()))
-        return reading.SourceReader(source, i + 1, default_engine(), None, 4).read()
+        return reading.SourceReader(source, i + 1, default_engine(), None, reading.Shares(coll_tail=4)).read()
 
     def added_up(readings: list[reading.Reading]) -> records.Collection:
         collector = reading.Collector(default_engine())
@@ -464,3 +464,12 @@ def test_transport_lines_read_once_per_writer_still_tell_every_transport(tmp_pat
     log.write_text("".join(lines))  # over 64 KiB: not a pasted excerpt, whose every line is kept
     procs = collect_paths([str(log)]).procs
     assert sorted(sorted(p.transports) for p in procs) == [["NET/IB", "P2P"], ["P2P", "SHM"]]
+
+
+def test_shares_of_a_source_shrink_with_thousands_of_sources_to_a_floor():
+    from nccl_doctor.logs.reading import TAIL_QUIET, TAIL_QUIET_MIN, Shares
+
+    assert Shares.of(1).tail_quiet == Shares.of(128).tail_quiet == TAIL_QUIET
+    many = Shares.of(4096)
+    assert TAIL_QUIET_MIN <= many.tail_quiet < TAIL_QUIET and many.coll_tail < Shares().coll_tail
+    assert Shares.of(10**6).tail_quiet == TAIL_QUIET_MIN

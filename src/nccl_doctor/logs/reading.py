@@ -24,6 +24,7 @@ import re
 import sys
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import cache, partial
 from typing import Any
 
@@ -41,7 +42,9 @@ from .sources import (READ_ERRORS, WIDE_COUNT, Chunk, ReadStats, Source, input_s
 
 TAIL_BYTES = 256 * 1024  # the end of each source read line by line
 TAIL_LINES = 5000  # at most this many lines from the end of each source
-TAIL_QUIET = 100  # ... stopping once this many lines brought no new process
+TAIL_QUIET = 100  # ... stopping once this many lines brought no new process ...
+TAIL_BUDGET = 16384  # ... fewer when thousands of sources share this many lines (at least TAIL_QUIET_MIN each)
+TAIL_QUIET_MIN = 24
 FRAGMENT_BYTES = 64 * 1024  # sources up to this size (pasted excerpts) have their unclaimed lines read again
 FRAGMENT_MIN_LINE = 20  # ... those at least this long
 HINTS_HEAD = 12  # context lines kept per hint: the first ones ...
@@ -60,6 +63,24 @@ NUMPY_SOURCES = 512  # numpy counts newlines when at most this many sources are 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 OnBytes = Callable[[int], None]  # told the input bytes read so far
+
+
+@dataclass(frozen=True)
+class Shares:
+    """What reading one source may keep and spend, from how many sources are read: the cost and the memory of
+    the whole stay bounded at any job size."""
+
+    coll_tail: int = COLL_TAIL  # COLL calls kept per process
+    words: int = WORDS_PER_SOURCE  # bytes of the beginning whose words are kept
+    wide: int = WIDE_COUNT  # spans whose newlines numpy counts (from this length on)
+    tail_quiet: int = TAIL_QUIET  # lines at the end without a new process before the tail stops
+
+    @classmethod
+    def of(cls, sources: int) -> Shares:
+        # with thousands of sources each is one rank's file: its few writers show in its last lines
+        tail_quiet = max(TAIL_QUIET_MIN, min(TAIL_QUIET, TAIL_BUDGET // max(sources, 1)))
+        wide = WIDE_COUNT if sources <= NUMPY_SOURCES else sys.maxsize
+        return cls(coll_tail(sources), words_sample(sources), wide, tail_quiet)
 
 
 class Reading:
@@ -123,17 +144,14 @@ class Collector:
         self.count = 0
         self.read = 0  # bytes read in this process
         self.read_elsewhere: Any = None  # bytes read by worker processes (a shared counter)
-        self.coll_tail = COLL_TAIL
-        self.words_sample = WORDS_PER_SOURCE
-        self.wide = WIDE_COUNT  # spans whose newlines numpy counts
+        self.shares = Shares()
 
     def add_source(self, source: Source) -> None:
         self.count += 1
         self._read_here(source, self.count)
 
     def _read_here(self, source: Source, index: int) -> None:
-        self.reading.absorb(SourceReader(source, index, self.engine, self._tick, self.coll_tail,
-                                         self.words_sample, self.wide).read())
+        self.reading.absorb(SourceReader(source, index, self.engine, self._tick, self.shares).read())
 
     def _tick(self, n: int = 0) -> None:
         self.read += n
@@ -144,9 +162,7 @@ class Collector:
                     meanwhile: Callable[[], object] | None = None) -> None:
         """Read the sources; `meanwhile` runs once in this process while workers read (first, without them)."""
         workers = workers or _cpus()
-        self.coll_tail = coll_tail(len(sources))
-        self.words_sample = words_sample(len(sources))
-        self.wide = WIDE_COUNT if len(sources) <= NUMPY_SOURCES else sys.maxsize
+        self.shares = Shares.of(len(sources))
         files = [s for s in sources if s.path is not None]
         if workers < 2 or len(files) < 2 or input_size(files) < PARALLEL_BYTES:
             if meanwhile is not None:
@@ -158,12 +174,12 @@ class Collector:
 
     def _add_in_parallel(self, sources: list[Source], workers: int, meanwhile: Callable[[], object] | None) -> None:
         fork = sys.platform == "linux"  # workers inherit the compiled engine; elsewhere they load it again
-        if fork and self.wide != sys.maxsize:
+        if fork and self.shares.wide != sys.maxsize:
             warm_numpy()  # imported once here, not once in each worker (50 ms and more while the others start)
         context = multiprocessing.get_context("fork" if fork else "spawn")
         self.read_elsewhere = done = context.Value("q", 0, lock=False)
         batches = _batches(list(enumerate(sources, self.count + 1)), input_size(sources) // (workers * BATCHES))
-        jobs = [(batch, self.coll_tail, self.words_sample, self.wide) for batch in batches
+        jobs = [(batch, self.shares) for batch in batches
                 if batch[0][1].path is not None]
         pool = context.Pool(workers, _start_worker, (self.engine if fork else self.engine.name, done))
         try:
@@ -228,10 +244,10 @@ def _start_worker(engine: Engine | str, done: Any) -> None:
     _worker.update(engine=default_engine(engine) if isinstance(engine, str) else engine, done=done)
 
 
-def _read_in_worker(job: tuple[list[tuple[int, Source]], int, int, int]) -> Reading:
+def _read_in_worker(job: tuple[list[tuple[int, Source]], Shares]) -> Reading:
     """One reading for a batch of sources: what reading them one by one and adding up their readings gives
     (test_readings_add_up_the_same_in_any_grouping), sent back to the collector at a tenth of the cost."""
-    batch, calls, words_sample, wide = job
+    batch, shares = job
     done = _worker["done"]
 
     def on_bytes(n: int) -> None:
@@ -239,7 +255,7 @@ def _read_in_worker(job: tuple[list[tuple[int, Source]], int, int, int]) -> Read
 
     reading = Reading()
     for index, source in batch:
-        reading.absorb(SourceReader(source, index, _worker["engine"], on_bytes, calls, words_sample, wide).read())
+        reading.absorb(SourceReader(source, index, _worker["engine"], on_bytes, shares).read())
     return reading
 
 
@@ -268,11 +284,11 @@ class SourceReader:
     """Reads one source into a Reading."""
 
     def __init__(self, source: Source, index: int, engine: Engine, on_bytes: OnBytes | None = None,
-                 coll_tail: int = COLL_TAIL, words_sample: int = WORDS_PER_SOURCE, wide: int = WIDE_COUNT) -> None:
+                 shares: Shares = Shares()) -> None:
         self.source = source
-        self.coll_tail = coll_tail  # COLL calls kept per process
-        self.words_left = words_sample  # bytes of the beginning whose words are still to be kept
-        self.wide = wide  # spans whose newlines numpy counts
+        self.shares = shares
+        self.words_left = shares.words  # bytes of the beginning whose words are still to be kept
+        self.wide = shares.wide
         self.index = index
         self.engine = engine
         self.on_bytes = on_bytes  # told each chunk's size
@@ -580,7 +596,7 @@ class SourceReader:
             who = (info.host, info.pid, info.rank)
             quiet = 0 if who not in seen else quiet + 1
             seen.add(who)
-            if quiet >= TAIL_QUIET:
+            if quiet >= self.shares.tail_quiet:
                 break
         calls: dict[Key, deque[Callable[[], Call]]] = {}
         last: dict[Key, tuple[int, str]] = {}
@@ -652,7 +668,7 @@ class SourceReader:
                     self._record_fact(self._tail_event(sig, captures(found), line_no, text, info, key, message))
                 continue
             # COLL calls, thousands per job: made into calls only if kept (most are pushed out by later ones)
-            calls.setdefault(key, deque(maxlen=self.coll_tail)).append(
+            calls.setdefault(key, deque(maxlen=self.shares.coll_tail)).append(
                 partial(self._call, sig, found, line_no, text, info, key))
         return key
 
