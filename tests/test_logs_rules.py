@@ -698,10 +698,19 @@ def test_gloos_address_family_check_names_ipv4_and_ipv6_peers():
     assert primary.cause == "address-family-differs" and primary.category == "rendezvous_network"
 
 
-def test_a_pytorch_without_libuv_cannot_make_the_default_store():
-    primary = _primary("RuntimeError: use_libuv was requested but PyTorch was build without libuv support")
-    assert primary.cause == "tcpstore-libuv-missing"
-    assert any("USE_LIBUV=0" in step for step in cause(primary.cause).fix)
+@pytest.mark.parametrize("line, named, fix_word", [
+    # a PyTorch without libuv (Windows' wheels) asked for the default libuv TCPStore
+    ("RuntimeError: use_libuv was requested but PyTorch was build without libuv support", "tcpstore-libuv-missing",
+     "USE_LIBUV=0"),
+    # Envoy's answer where an Istio sidecar denies the rendezvous port
+    ("rbac_access_denied_matched_policy[none]", "master-unreachable", "sidecar"),
+    # the NCCL backend asked of a build without NCCL (Windows, macOS, CPU wheels)
+    ("RuntimeError: Distributed package doesn't have NCCL built in", "nccl-backend-unavailable", "gloo"),
+])
+def test_a_message_names_its_cause_and_the_fix_that_applies(line, named, fix_word):
+    primary = _primary(line)
+    assert primary.cause == named
+    assert any(fix_word in step for step in cause(primary.cause).fix)
 
 
 def test_compiler_errors_naming_nccl_mean_headers_older_than_the_code():
@@ -714,16 +723,19 @@ def test_compiler_errors_naming_nccl_mean_headers_older_than_the_code():
         _primary("main.cu(3): error: identifier \"cudaFooBar\" is undefined").cause != "nccl-too-old-for-build"
 
 
-def test_a_service_mesh_denial_is_an_unreachable_rendezvous():
-    primary = _primary("rbac_access_denied_matched_policy[none]")
-    assert primary.cause == "master-unreachable"
-    assert any("sidecar" in step for step in cause(primary.cause).fix)
-
-
-def test_fabric_manager_refusing_another_driver_version():
-    primary = _primary("fabric manager NVIDIA GPU driver interface version 590.48.01 don't match with driver version "
-                       "580.126.09.\nPlease update with matching NVIDIA driver package.")
-    assert primary.cause == "fabric-manager"
+@pytest.mark.parametrize("text, category", [
+    # Fabric Manager refusing a driver of another version than its own
+    ("fabric manager NVIDIA GPU driver interface version 590.48.01 don't match with driver version 580.126.09.\n"
+     "Please update with matching NVIDIA driver package.", "nvls_nvlink"),
+    # NCCL's queue-pair failure as users quote it, without 'Call to'
+    ("NCCL error: unhandled system error\nibv_modify_qp failed with 110 Connection timed out, on dev rocep1s0f0:1\n",
+     "infiniband_roce"),
+    # the driver's failed probe of a GPU
+    ("NVRM: The NVIDIA GPU 000a:00:00.0 (PCI ID: 10de:2330) installed in this system\n"
+     "NVRM: The NVIDIA probe routine failed for 1 device(s).\n", "hardware_fault"),
+])
+def test_a_message_reads_as_its_category(text, category):
+    assert _primary(text).category == category
 
 
 def test_tracebacks_cut_before_their_message_still_name_the_rendezvous_step():
@@ -745,24 +757,6 @@ def test_a_watchdog_line_with_placeholders_is_still_a_timeout():
     gloo = _primary("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting xxxx ms for recv "
                     "operation to complete")
     assert gloo.cause == "collective-timeout"
-
-
-def test_a_quoted_queue_pair_failure_without_its_prefix_is_read():
-    primary = _primary("NCCL error: unhandled system error\nibv_modify_qp failed with 110 Connection timed out, on dev "
-                       "rocep1s0f0:1\n")
-    assert primary.category == "infiniband_roce"
-
-
-def test_a_gpu_the_driver_could_not_probe_is_a_hardware_fault():
-    primary = _primary("NVRM: The NVIDIA GPU 000a:00:00.0 (PCI ID: 10de:2330) installed in this system\n"
-                       "NVRM: The NVIDIA probe routine failed for 1 device(s).\n")
-    assert primary.category == "hardware_fault"
-
-
-def test_the_nccl_backend_in_a_build_without_nccl():
-    primary = _primary("RuntimeError: Distributed package doesn't have NCCL built in")
-    assert primary.cause == "nccl-backend-unavailable"
-    assert any("gloo" in step for step in cause(primary.cause).fix)
 
 
 def test_a_workers_network_settings_overwritten_by_the_drivers():
