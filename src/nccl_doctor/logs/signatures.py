@@ -83,18 +83,19 @@ class Signature:
         return {self.cause: self.strength, **dict(self.also)} if self.cause else {}
 
     @cached_property
-    def runs(self) -> tuple[tuple[str, ...], bool]:
+    def runs(self) -> tuple[tuple[tuple[str, ...], ...], bool]:
         """literal_runs of the pattern: worked out on first use, like the regex."""
         return literal_runs(self.pattern)
 
     def may_match(self, text: str) -> bool:
-        """False where a run of plain characters every match holds is missing: the regex need not run (a few
-        template regexes take 20-350 us on a long line they do not match)."""
-        runs, folded = self.runs
-        if not runs or not text.isascii():  # beyond ASCII, a caseless regex equates more than lower() does
+        """False where every alternative of the pattern misses a run of plain characters that its matches hold: the
+        regex need not run (a few template regexes take 20-350 us on a long line they do not match, and CUDA's error
+        strings, each an alternation of its text and its enum name, 13 us on any line holding a common word)."""
+        alternatives, folded = self.runs
+        if not text.isascii():  # beyond ASCII, a caseless regex equates more than lower() does
             return True
         found_in = text.lower() if folded else text
-        return all(run in found_in for run in runs)
+        return any(all(run in found_in for run in runs) for runs in alternatives)
 
     def match(self, text: str) -> dict[str, str] | None:
         """Named captures of the first match in `text` (empty dict if none named), or None."""
@@ -112,25 +113,47 @@ def captures(m: re.Match[str]) -> dict[str, str]:
     return {k: sys.intern(v) for k, v in m.groupdict().items() if v is not None}
 
 
-def literal_runs(pattern: str) -> tuple[tuple[str, ...], bool]:
-    """The runs of plain characters at the top level of the pattern (every match holds each), those in ASCII of
-    three characters or more, and whether the pattern ignores case (then the runs are in lower case)."""
+def literal_runs(pattern: str) -> tuple[tuple[tuple[str, ...], ...], bool]:
+    """Per alternative of the pattern (one, unless the whole pattern is an alternation, bare or in one group), the
+    runs of plain characters at its top level (every match of it holds each), those in ASCII of three characters or
+    more; and whether the pattern ignores case (then the runs are in lower case). An alternative without runs
+    stands for any text."""
     try:
         parsed = sre_parse.parse(pattern)
     except (re.error, sre_constants.error):  # pragma: no cover - patterns are tested to compile
-        return (), False
+        return ((),), False
     folded = bool(parsed.state.flags & re.IGNORECASE)
+    alternatives = _branches(list(parsed)) or [list(parsed)]
+    runs = tuple(tuple(dict.fromkeys(r.lower() if folded else r for r in _runs(items) if r.isascii() and len(r) >= 3))
+                 for items in alternatives)
+    return runs, folded
+
+
+def _branches(items: list[Any]) -> list[list[Any]] | None:
+    """The branches of a pattern that is one alternation: `a|b`, or `(?:a|b)`."""
+    if len(items) != 1:
+        return None
+    op, av = items[0]
+    if op is sre_constants.BRANCH:
+        return [list(branch) for branch in av[1]]
+    if op is sre_constants.SUBPATTERN and not av[1] and not av[2] and len(av[-1]) == 1 \
+            and av[-1][0][0] is sre_constants.BRANCH:  # (a group with flags of its own may fold case: not read)
+        return [list(branch) for branch in av[-1][0][1][1]]
+    return None
+
+
+def _runs(items: list[Any]) -> list[str]:
+    """The runs of consecutive literal characters in a sequence of parsed items."""
     runs: list[str] = []
     run: list[str] = []
-    for op, av in [*parsed, (None, None)]:
+    for op, av in [*items, (None, None)]:
         if op is sre_constants.LITERAL:
             run.append(chr(av))
             continue
         if run:
             runs.append("".join(run))
             run = []
-    ascii_runs = [r.lower() if folded else r for r in runs if r.isascii() and len(r) >= 3]
-    return tuple(dict.fromkeys(ascii_runs)), folded
+    return runs
 
 
 def required_literals(pattern: str) -> tuple[str, ...]:
