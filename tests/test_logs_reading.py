@@ -453,7 +453,7 @@ def test_a_short_paste_full_of_escapes_is_text_and_nul_bytes_are_binary():
 
 
 def test_transport_lines_read_once_per_writer_still_tell_every_transport(tmp_path):
-    """A writer's channel lines that end alike are read once (logs/reading.py _transport_seen); another transport
+    """A writer's channel lines that end alike are read once (logs/reading.py _transport_key); another transport
     of the same writer, or the same line from another process, is still read (before the lines saturate)."""
     line = "{host}:42:42 [0] NCCL INFO Channel {ch:02d}/0 : 0[0] -> 1[1] via {via}\n"
     lines = [line.format(host="node-1", ch=i % 32, via="P2P/CUMEM/read") for i in range(3000)]

@@ -402,14 +402,14 @@ class SourceReader:
                         continue  # its newlines are counted with the next line read
                     taken.update(ids)
                     self.sampled = True
-                seen = self._transport_seen(block, start, stop, ids)
-                if seen is True:
+                key = self._transport_key(block, start, stop, ids)
+                if key is not None and key in self.transports_read:
                     self.quiet += 1  # what reading it would do: a known writer, a known transport
                     continue
                 line_no += newlines(block, pos, start, self.wide)  # hits come in line order
                 pos = start
-                if self._on_line(line_no, block[start:stop], ids, now) and seen:
-                    self.transports_read.add(seen)
+                if self._on_line(line_no, block[start:stop], ids, now) and key is not None:
+                    self.transports_read.add(key)
             first_line = line_no + newlines(block, pos, None, self.wide)
             at = end
         return first_line - chunk.first_line
@@ -417,21 +417,20 @@ class SourceReader:
     def _saturated(self) -> bool:
         return self.quiet >= QUIET_SATURATED and not self.pending
 
-    def _transport_seen(self, block: bytes, start: int, stop: int, ids: list[int]) -> bytes | bool:
-        """For a line only transport signatures reported, in NCCL's own prefix: True when the same writer (host,
-        pid, thread, device) printed a line ending the same way (`via P2P/CUMEM/read`) that a signature recognised,
-        which is all such a line can tell; else its key (False where there is none).
-
-        A communicator's channel lines, read in full until it completes, are most lines of a rank that makes
-        communicators as it goes: each would be decoded, attributed and matched to tell nothing new."""
+    def _transport_key(self, block: bytes, start: int, stop: int, ids: list[int]) -> bytes | None:
+        """For a line only transport signatures reported, in NCCL's own prefix: its writer (host:pid:tid [dev]) and
+        how it ends (` via P2P/CUMEM/read`), all such a line can tell. A line whose key was read before only counts
+        as quiet: a communicator's channel lines, read in full until it completes, are most lines of a rank that
+        makes communicators as it goes, and each would be decoded, attributed and matched to tell nothing new.
+        None where there is no key, or where every line recognised is kept (a small source, whose unclaimed lines
+        are read again)."""
         if self.claimed is not None or not self.transport_ids.issuperset(ids):
-            return False  # (a small source keeps every line it recognises: its unclaimed ones are read again)
+            return None
         prefix_end = block.find(b" NCCL INFO ", start, stop)
         via = block.rfind(b" via ", start, stop)
         if prefix_end <= start or via < 0 or len(self.transports_read) >= MAX_TRANSPORT_KEYS:
-            return False
-        key = bytes(block[start:prefix_end]) + bytes(block[via:stop])
-        return True if key in self.transports_read else key
+            return None
+        return bytes(block[start:prefix_end]) + bytes(block[via:stop])
 
     def _add_dump(self, stream: Any, head: bytes) -> None:
         try:
