@@ -13,6 +13,7 @@ channel of every communicator, often most of a log. Once a source's lines of the
 while (and no communicator it started is still initialising), the engine reports only the first such line
 per chunk; a line that tells something new (another process, another transport) brings full reading back.
 The end of such a source is read again for comm init lines, so a communicator stuck there is still seen.
+Until then, a transport line whose writer already printed one ending the same way only counts as quiet.
 """
 
 from __future__ import annotations
