@@ -604,13 +604,6 @@ def test_nccls_cuda_call_rejecting_its_argument_reads_as_an_nccl_defect_unless_n
     assert _primary(nvls).category == "nvls_nvlink"
 
 
-def test_accelerate_refusing_rtx_4000_boards_names_missing_peer_to_peer():
-    primary = _primary("NotImplementedError: Using RTX 4000 series doesn't support faster communication broadband "
-                       "via P2P or IB. Please set `NCCL_P2P_DISABLE=\"1\"` and `NCCL_IB_DISABLE=\"1\" or use "
-                       "`accelerate launch` which will do this automatically.")
-    assert primary.category == "p2p_peer_access"
-
-
 # ---------------------------------------------------------------------------- lessons of blind batches 37-39
 
 def test_the_kernel_oom_killer_and_torchruns_sigkill_name_host_memory():
@@ -623,12 +616,6 @@ def test_the_kernel_oom_killer_and_torchruns_sigkill_name_host_memory():
     aborted = diagnose_text("torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -6) "
                             "local_rank: 1 (pid: 14447) of binary: /usr/bin/python")
     assert "host-oom-killed" not in _ranked(aborted)  # SIGABRT is the watchdog's own abort
-
-
-def test_a_worker_killed_by_sigbus_points_at_shared_memory():
-    primary = _primary("The worker fails with {0: ProcessFailure(local_rank=0, pid=54, exitcode=-7, error_file='<N/A>', "
-                       "message='Signal 7 (SIGBUS) received by PID 54', timestamp=1711419181)}")
-    assert primary.category == "shm_too_small"
 
 
 def test_sockets_over_an_infiniband_interface_mean_nccls_ib_transport_was_not_usable():
@@ -724,6 +711,13 @@ def test_compiler_errors_naming_nccl_mean_headers_older_than_the_code():
 
 
 @pytest.mark.parametrize("text, category", [
+    # accelerate refusing RTX 4000 boards names missing peer-to-peer
+    ("NotImplementedError: Using RTX 4000 series doesn't support faster communication broadband via P2P or IB. Please "
+     "set `NCCL_P2P_DISABLE=\"1\"` and `NCCL_IB_DISABLE=\"1\" or use `accelerate launch` which will do this "
+     "automatically.", "p2p_peer_access"),
+    # a worker killed by SIGBUS points at shared memory
+    ("The worker fails with {0: ProcessFailure(local_rank=0, pid=54, exitcode=-7, error_file='<N/A>', "
+     "message='Signal 7 (SIGBUS) received by PID 54', timestamp=1711419181)}", "shm_too_small"),
     # Fabric Manager refusing a driver of another version than its own
     ("fabric manager NVIDIA GPU driver interface version 590.48.01 don't match with driver version 580.126.09.\n"
      "Please update with matching NVIDIA driver package.", "nvls_nvlink"),

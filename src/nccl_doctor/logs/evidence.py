@@ -123,12 +123,6 @@ def signature_observation(signature_id: str) -> Observation | None:
     return Observation(sig.id, sig.note or sig.example, sig.causes, line=True, family=family)
 
 
-def observations() -> dict[str, Observation]:
-    """Every observation: the catalog's rule observations and one per error signature."""
-    lines = {sig.id: signature_observation(sig.id) for sig in signatures() if sig.is_error}
-    return {**lines, **rule_observations()}  # type: ignore[dict-item]
-
-
 def observation(observation_id: str) -> Observation:
     found = rule_observations().get(observation_id) or signature_observation(observation_id)
     if found is None:
@@ -286,5 +280,5 @@ def clip(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-__all__ = ["Clue", "LogView", "Observation", "observation", "observations", "spread", "who", "ranks_of",
+__all__ = ["Clue", "LogView", "Observation", "observation", "spread", "who", "ranks_of",
            "hosts_in", "as_evidence", "clip", "unique", "MAX_EVIDENCE"]

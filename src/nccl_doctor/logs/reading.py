@@ -289,7 +289,6 @@ class SourceReader:
         self.source = source
         self.shares = shares
         self.words_left = shares.words  # bytes of the beginning whose words are still to be kept
-        self.wide = shares.wide
         self.index = index
         self.engine = engine
         self.on_bytes = on_bytes  # told each chunk's size
@@ -383,7 +382,7 @@ class SourceReader:
     def _scan(self, chunk: Chunk) -> int:
         """Scan a chunk, in blocks while it is read in full, so that sampling can start soon after saturation.
         Returns the chunk's newlines, counted once on the way to its matches."""
-        data, at, first_line = chunk.data, 0, chunk.first_line
+        data, at, first_line, wide = chunk.data, 0, chunk.first_line, self.shares.wide
         while at < len(data):
             sampled = self._saturated()
             self.sampled |= sampled
@@ -407,11 +406,11 @@ class SourceReader:
                 if key is not None and key in self.transports_read:
                     self.quiet += 1  # what reading it would do: a known writer, a known transport
                     continue
-                line_no += newlines(block, pos, start, self.wide)  # hits come in line order
+                line_no += newlines(block, pos, start, wide)  # hits come in line order
                 pos = start
                 if self._on_line(line_no, block[start:stop], ids, now) and key is not None:
                     self.transports_read.add(key)
-            first_line = line_no + newlines(block, pos, None, self.wide)
+            first_line = line_no + newlines(block, pos, None, wide)
             at = end
         return first_line - chunk.first_line
 

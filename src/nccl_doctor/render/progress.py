@@ -5,7 +5,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 SHOWN_FROM = 100 * 1000 * 1000  # bytes: smaller inputs are read before a bar would be worth drawing
 
@@ -14,7 +17,7 @@ SHOWN_FROM = 100 * 1000 * 1000  # bytes: smaller inputs are read before a bar wo
 def reading(what: str, err: TextIO | None = None) -> Iterator[Callable[[int], Callable[[int], None] | None]]:
     """Yields `start(total_bytes)`, which returns `advance(bytes_read_so_far)` when a bar is drawn, else None."""
     err = err or sys.stderr
-    bar: list[Any] = []
+    bar: list[Progress] = []
 
     def start(total: int) -> Callable[[int], None] | None:
         if total < SHOWN_FROM or not err.isatty():
