@@ -1,6 +1,7 @@
 """Signatures derived from the sources: every error and warning template of NCCL, RCCL, aws-ofi-nccl, Gloo and
-PyTorch c10d, the CUDA/HIP error strings, and the launcher and distributed set-up messages of accelerate, DeepSpeed
-and Lightning, each with where it comes from and the releases that print it.
+PyTorch c10d, the CUDA/HIP error strings, the launcher and distributed set-up messages of accelerate, DeepSpeed
+and Lightning, and those of vLLM's, sglang's and Ray's own communication layers, each with where it comes from and
+the releases (or, where releases were not read, the commits) that print it.
 
 The tables (catalog/templates/*.tsv) are facts extracted from the projects' sources release by release;
 catalog/template_causes.toml says what each template means. A template becomes a regex: printf placeholders
@@ -229,5 +230,6 @@ def render_table(table: str) -> str:
 
 
 TABLE_OF = {"aws-ofi-nccl": "aws_ofi_nccl",
-            "accelerate": "wrappers", "deepspeed": "wrappers", "lightning": "wrappers"}
+            "accelerate": "wrappers", "deepspeed": "wrappers", "lightning": "wrappers",
+            "vllm": "wrappers", "sglang": "wrappers", "ray": "wrappers"}
 TABLES_DIR = "templates"  # under catalog/

@@ -127,13 +127,20 @@ def rule_echo_only(view: LogView) -> Iterator[Clue]:
                hosts=hosts_in(echoes))
 
 
-@rule("system-error-one-host")
+@rule("system-error-one-host", "system-error-hosts-unknown")
 def rule_single_host_system_error(view: LogView) -> Iterator[Clue]:
-    """'unhandled system error' on one host with nothing more specific: /dev/shm is the usual culprit."""
+    """'unhandled system error' on one host with nothing more specific: /dev/shm is the usual culprit. Where the
+    log names no host at all, the job may span hosts, and an interface the peers cannot reach is as likely."""
     system = view.events_of("system-error")
     if not system or view.multi_host() or specific_errors(view):
         return
-    yield Clue("system-error-one-host", "ncclSystemError on a single host without a more specific NCCL WARN: between "
-               "local GPUs the system calls that fail are usually /dev/shm allocations (containers default to 64 MB)",
-               events=tuple(system), ranks=ranks_of(system),
-               fix=("Check `df -h /dev/shm` inside the container; rerun with NCCL_DEBUG=WARN to see the failing call.",))
+    fix = "Check `df -h /dev/shm` inside the container; rerun with NCCL_DEBUG=WARN to see the failing call."
+    if view.col.hosts_seen():
+        yield Clue("system-error-one-host", "ncclSystemError on a single host without a more specific NCCL WARN: "
+                   "between local GPUs the system calls that fail are usually /dev/shm allocations (containers "
+                   "default to 64 MB)", events=tuple(system), ranks=ranks_of(system), fix=(fix,))
+        return
+    yield Clue("system-error-hosts-unknown", "ncclSystemError without a more specific NCCL WARN, and the log names "
+               "no host: on one host the failing system call is usually a /dev/shm allocation; across hosts, a "
+               "socket to an interface the peers cannot reach", events=tuple(system), ranks=ranks_of(system),
+               fix=(fix, "If the job spans hosts, run `nccl-doctor env` on each and compare NCCL_SOCKET_IFNAME."))
