@@ -766,3 +766,70 @@ def test_a_file_rendezvous_points_at_a_leftover_file():
     primary = _primary("init method: file://distributed.dpt\nbackend: nccl\nrank: 0\n")
     assert primary.cause == "rendezvous-file-stale" and primary.confidence < 0.5
     assert not diagnose_text("Saved checkpoint to file:///tmp/ckpt.pt")
+
+
+# ---------------------------------------------------------------------------- lessons of batches 51-59
+
+def test_a_bare_system_error_weighs_the_interface_only_where_no_host_is_named():
+    bare = diagnose_text("NCCL failure :unhandled system error /src/common/device_helpers.cu(67)")
+    assert bare[0].cause == "shm-too-small" and bare[0].confidence < 0.5
+    assert "wrong-interface-selected" in [f.cause for f in bare[:3]]
+    one_host = diagnose_text("node-1:11:11 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+                             "node-1:11:11 [0] NCCL INFO NCCL version 2.18.3+cuda12.1\n"
+                             "RuntimeError: NCCL error: unhandled system error, NCCL version 2.18.3")
+    assert one_host[0].cause == "shm-too-small"
+    assert "wrong-interface-selected" not in [f.cause for f in one_host]
+
+
+def test_pytorchs_description_of_a_result_code_means_what_the_code_means():
+    primary = _primary("ncclSystemError: System call (socket, malloc, munmap, etc) failed.")
+    assert primary.category != "rendezvous_network"
+
+
+def test_an_error_string_the_library_does_not_know_is_two_nccl_builds():
+    primary = _primary("Failed, NCCL error /src/plugins/ncclPlugin/allreducePlugin.cpp:183 'unknown result code'")
+    assert primary.cause == "conflicting-nccl-packages"
+
+
+def test_older_wordings_and_tools_of_known_failures():
+    assert _primary("NCCL WARN NET/IB : Got async event : port error").cause == "ib-port-down"
+    assert _primary("fi_getinfo: -61 (No data available)").cause == "efa-network-error"
+    assert _primary("    torch._C._cuda_setDevice(device)").category == "device_binding"
+    assert _primary("XGBoostError: device_helpers.cu:64: Check failed: n_uniques == world (1 vs. 2) : Multiple "
+                    "processes within communication group running on same CUDA device is not supported"
+                    ).cause == "duplicate-gpu"
+    churn = _primary("INFO 2020-08-18 05:27:18,490 Keep-alive key /torchelastic/p2p/run_x/rdzv/v_4/rank_1 is not "
+                     "renewed.\nINFO 2020-08-18 05:27:18,490 Rendevous version 4 is incomplete.")
+    assert churn.category == "rendezvous_network"
+
+
+def test_an_async_event_that_is_a_notice_stays_a_notice():
+    assert not diagnose_text("NCCL WARN NET/IB : Got async event : port active")
+
+
+def test_a_log_that_ends_in_nvls_setup_names_nvls():
+    text = ("c2ce1c877ea3:1023:1032 [0] NCCL INFO NVLS multicast support is available on dev 0\n"
+            "c2ce1c877ea3:1023:1032 [0] NCCL INFO NVLS Bind mem 0xac0000000 UC handle 0x7f3310ccb240 MC handle "
+            "0x7f3310ccaa20 size 1073741824\n")
+    assert _primary(text).cause == "nvls-failure"
+    went_on = text + "\n".join(f"step {i} loss 0.5" for i in range(10)) + "\n"
+    assert all(f.cause != "nvls-failure" for f in diagnose_text(went_on))
+
+
+def test_vllm_and_sglang_messages_read_from_their_sources():
+    p2p = _primary("WARNING 07-10 12:00:01 custom_all_reduce.py:134] Custom allreduce is disabled because your "
+                   "platform lacks GPU P2P capability or P2P test failed. To silence this warning, specify "
+                   "disable_custom_all_reduce=True explicitly.")
+    assert p2p.category == "p2p_peer_access" and p2p.confidence < 0.5
+    stuck = _primary("WARNING 07-10 12:10:00 shm_broadcast.py:396] No available block found in 60 second. ")
+    assert stuck.cause == "rank-hang"
+    shape = _primary("RuntimeError: world_size (8) is not equal to tensor_model_parallel_size (4) x "
+                     "pipeline_model_parallel_size (1)")
+    assert shape.cause == "rank-config-invalid"
+    assert not diagnose_text("INFO 05-21 10:01:12 pynccl.py:63] vLLM is using nccl==2.21.5")
+
+
+def test_ray_collective_messages_read_from_its_source():
+    primary = _primary("RuntimeError: Unable to meet other processes at the rendezvous store. If you are using P2P "
+                       "communication, please check if tensors are put in the correct GPU.")
+    assert primary.category == "rendezvous_network"

@@ -1,5 +1,5 @@
-"""Coverage derived from the sources: every message template of NCCL, RCCL, aws-ofi-nccl, Gloo, PyTorch c10d and the
-CUDA/HIP error strings is claimed by a rule (a cause or an explicit 'not a failure'), and every WARN template of
+"""Coverage derived from the sources: every message template of NCCL, RCCL, aws-ofi-nccl, Gloo, PyTorch c10d, the
+CUDA/HIP error strings and the wrappers (accelerate, DeepSpeed, Lightning, vLLM, sglang, Ray) is claimed by a rule (a cause or an explicit 'not a failure'), and every WARN template of
 the NCCL reference (../shared/reference) is recognised when it appears in a log."""
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from nccl_doctor.logs.signatures import signatures
 from nccl_doctor.logs.templates import MIN_FIXED, Template, fixed_text, meaning, printf_regex, templates
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "nccl_warn_templates.tsv"
-PROJECTS = {"nccl", "rccl", "aws-ofi-nccl", "gloo", "pytorch", "cuda", "accelerate", "deepspeed", "lightning"}
+PROJECTS = {"nccl", "rccl", "aws-ofi-nccl", "gloo", "pytorch", "cuda", "accelerate", "deepspeed", "lightning", "vllm",
+            "sglang", "ray"}
 
 
 def test_every_project_is_in_the_tables():
@@ -27,6 +28,7 @@ def test_every_project_is_in_the_tables():
     assert set(counts) == PROJECTS
     assert counts["nccl"] > 1000 and counts["pytorch"] > 1000 and counts["cuda"] > 100
     assert counts["deepspeed"] > 50 and counts["lightning"] > 30 and counts["accelerate"] > 10
+    assert counts["vllm"] > 100 and counts["sglang"] > 40 and counts["ray"] > 40
 
 
 def test_every_template_is_claimed_by_a_rule():

@@ -1,5 +1,5 @@
-"""Clues about jobs that stalled without an error: NCCL set up and then silence, ACS on the PCI bridges, and
-stack dumps (py-spy, gdb) of hung processes."""
+"""Clues about jobs that stalled without an error: NCCL set up and then silence, a setup that stops in NVLS,
+ACS on the PCI bridges, and stack dumps (py-spy, gdb) of hung processes."""
 
 from __future__ import annotations
 
@@ -10,10 +10,14 @@ from ...model import Evidence, Severity
 from ..evidence import Clue, LogView, as_evidence, clip
 from . import rule
 
+NVLS_LAST_LINES = 2  # an NVLS setup line this close to its source's end is where the process stopped
 QUIET_AFTER_SETUP = 40  # lines after NCCL's last setup line that still fit "nothing happened after init"
 # GPU models without NVLink between boards: peer-to-peer goes over PCIe, where ACS/IOMMU break it.
 PCIE_ONLY_GPU = re.compile(r"GeForce|TITAN|Quadro|RTX A\d000|RTX \d000 Ada|RTX PRO|\bL4\b|\bL40S?\b|\bA10G?\b|\bT4\b|"
                            r"Instinct MI\d+|Radeon")
+# NCCL's INFO lines while it sets up NVLink SHARP (transport/nvls.cc): multicast objects, their binding and mapping.
+NVLS_SETUP = re.compile(r"NCCL INFO NVLS (?:Bind mem|comm |UC handle|MC handle|Mem |register|buffSize|nvls|multicast)",
+                        re.IGNORECASE)
 LAUNCH_FRAMES = re.compile(r"ncclLaunchKernel|ncclStrongStreamLaunch|LaunchKernelBefore|cudaLaunchKernel|"
                            r"cuLaunchKernel|ncclLaunchPrepare|hostStreamPlanTask")
 
@@ -98,6 +102,24 @@ def output_after_setup(view: LogView) -> bool:
 def lines_after(view: LogView, source: str, line: int) -> int:
     """How many lines its source holds after this one."""
     return view.col.source_lines.get(source, 0) - line
+
+
+@rule("stalled-in-nvls-setup")
+def rule_stalled_in_nvls_setup(view: LogView) -> Iterator[Clue]:
+    """A process whose log ends in NCCL's NVLS setup: binding or mapping multicast memory did not return (the
+    fabric manager, the driver's multicast support or an NVLS defect); on more than two GPUs of an NVSwitch
+    system NCCL uses NVLS by default, so the job hangs at init."""
+    if ended(view) or view.events:
+        return
+    stuck = [p.last_line for p in view.col.procs if p.last_line and NVLS_SETUP.search(p.last_line[2])
+             and lines_after(view, p.last_line[0], p.last_line[1]) <= NVLS_LAST_LINES]
+    if not stuck:
+        return
+    yield Clue("stalled-in-nvls-setup", f"the log ends in NCCL's NVLS setup ({clip(stuck[0][2].strip(), 90)!r}): "
+               "NVLink SHARP multicast memory was being set up when the job went silent",
+               evidence=tuple(Evidence(s, f"(last line) {t}", n) for s, n, t in stuck[:2]), severity=Severity.WARNING,
+               fix=("Rerun with `NCCL_NVLS_ENABLE=0`; if it then starts, check that nvidia-fabricmanager runs and "
+                    "matches the driver, and that the container sees the IMEX/multicast devices.",))
 
 
 @rule("acs-enabled", "acs-enabled-with-p2p")
