@@ -833,3 +833,20 @@ def test_ray_collective_messages_read_from_its_source():
     primary = _primary("RuntimeError: Unable to meet other processes at the rendezvous store. If you are using P2P "
                        "communication, please check if tensors are put in the correct GPU.")
     assert primary.category == "rendezvous_network"
+
+
+def test_notices_of_healthy_runs_that_broad_template_rules_had_read_as_failures():
+    for line in ("[INFO] The node 'gpu-node01_4242_0' has joined round 0 of the rendezvous 'job42' as rank 0 in a "
+                 "world of size 2.",
+                 "gpu-node01:1:1 [0] NCCL INFO Could not get device class for NVLink target 0000:07:00.0, assuming "
+                 "NVSwitch",
+                 "INFO 05-01 10:00:00 ray_utils.py:200] No current placement group found. Creating a new placement "
+                 "group."):
+        assert not diagnose_text(line), line
+    # words such as 'resolve' in a hint and 'socket' in a result code's description no longer decide
+    overlap = _primary("Skipping IntraNodeComm::rendezvous() because participants have overlapping devices. To "
+                       "resolve this, call torch.cuda.set_device() before init_process_group().")
+    assert overlap.cause == "collective-before-set-device"
+    closed = _primary("torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. "
+                      "Did the remote server shutdown or crash?")
+    assert closed.cause == "rank-died"
