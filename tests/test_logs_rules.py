@@ -850,3 +850,9 @@ def test_notices_of_healthy_runs_that_broad_template_rules_had_read_as_failures(
     closed = _primary("torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. "
                       "Did the remote server shutdown or crash?")
     assert closed.cause == "rank-died"
+
+
+def test_a_store_wait_that_ran_out_keeps_the_rank_that_never_joined_as_the_alternative():
+    findings = diagnose_text("torch.distributed.DistStoreError: Socket Timeout")
+    assert findings[0].cause == "store-wait-timeout"
+    assert "store-timeout" in [f.cause for f in findings[1:3]]

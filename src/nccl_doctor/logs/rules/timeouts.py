@@ -64,7 +64,7 @@ class Seen:
 
 @rule("timeout-summary", "timeout-mismatched-ops", "timeout-lagging-rank", "timeout-lagging-rank-in-evaluation",
       "timeout-during-evaluation", "timeout-cudagraph", "one-rank-context", "one-rank-said", "one-rank-sync-point",
-      "one-rank-store-wait", "one-rank-progress", "one-rank-or-stopped")
+      "one-rank-store-wait", "one-rank-progress", "one-rank-or-stopped", "store-key-never-set")
 def rule_timeouts(view: LogView) -> Iterator[Clue]:
     """Whose fault is a collective timeout: lagging ranks, mismatched collectives, rank-0-only work."""
     seen = Seen(view.events_of(*TIMEOUT_SIGS), view.events_of("store-wait-timeout"))
@@ -143,7 +143,12 @@ def _one_rank_work(view: LogView, seen: Seen, lagging: set[int], summary: str) -
                    f"{why} - {summary}") if i == 0 else text
         yield Clue(obs, message, events=lines + (seen.all if i == 0 else ()), cause=cause, ranks=ranks, hosts=hosts,
                    fix=_rank0_fix(seen) if i == 0 else ())
-    if not reasons.strong:  # the other reading of the same lines, kept as the alternative
+    if not reasons.strong and store_only:  # a key never set: its setter was busy, or never arrived at all
+        yield Clue("store-key-never-set", f"alternative: {busy} never reached the store (it crashed or never "
+                   "started, or was launched with another MASTER_ADDR, world size or node count) instead of working "
+                   "alone - a store wait that ran out cannot tell the two apart", events=tuple(seen.store_waits[:2]),
+                   ranks=ranks)
+    elif not reasons.strong:  # the other reading of the same lines, kept as the alternative
         yield Clue("one-rank-or-stopped", f"alternative: {busy} had stopped issuing collectives (fewer batches than "
                    "the others, a hang, a crash) instead of working alone - the timeout lines alone cannot tell the "
                    "two apart", events=seen.all[:2], ranks=ranks)
