@@ -856,3 +856,13 @@ def test_a_store_wait_that_ran_out_keeps_the_rank_that_never_joined_as_the_alter
     findings = diagnose_text("torch.distributed.DistStoreError: Socket Timeout")
     assert findings[0].cause == "store-wait-timeout"
     assert "store-timeout" in [f.cause for f in findings[1:3]]
+
+
+def test_families_of_nccl_templates_mean_what_their_source_shows():
+    # every attribute of a config struct read with another release's layout, not only `blocking`
+    config = _primary("node-1:1:1 [0] init.cc:1813 NCCL WARN Invalid config cgaClusterSize attribute value "
+                      "-2147483648")
+    assert config.category == "nccl_version_mismatch"
+    # cudawrap resolves the driver's entry points: a missing one is a driver older than the build expects
+    driver = _primary("node-1:1:1 [0] misc/cudawrap.cc:188 NCCL WARN Failed to load CUDA missing symbol cuInit")
+    assert driver.cause == "cuda-driver-too-old"
