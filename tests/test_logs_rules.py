@@ -866,3 +866,19 @@ def test_families_of_nccl_templates_mean_what_their_source_shows():
     # cudawrap resolves the driver's entry points: a missing one is a driver older than the build expects
     driver = _primary("node-1:1:1 [0] misc/cudawrap.cc:188 NCCL WARN Failed to load CUDA missing symbol cuInit")
     assert driver.cause == "cuda-driver-too-old"
+
+
+def test_nccl_users_outside_torch_distributed_read_from_their_sources():
+    stall = _primary("[2021-03-01 10:00:00.000000: W /tmp/horovod/common/stall_inspector.cc:107] One or more tensors "
+                     "were submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for "
+                     "remainder of ranks for more than 60 seconds. This may indicate that different ranks are trying "
+                     "to submit different tensors or that only subset of ranks is submitting tensors, which will cause "
+                     "deadlock. \nMissing ranks:\n1: [DistributedAdamOptimizer_Allreduce/HorovodAllreduce_grads_0]\n")
+    assert stall.cause == "collective-mismatch"
+    network = diagnose_text("XGBoostError: [10:00:00] src/collective/nccl_stub.cc:25: NCCL failure: unhandled system "
+                            "error. This might be caused by a network configuration issue. Please consider specifying "
+                            "the network interface for NCCL via environment variables listed in its reference: "
+                            "`https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html`.")
+    assert "wrong-interface-selected" in [f.cause for f in network[:2]]
+    jax = _primary("RuntimeError: Failed to recognize coordinator address 10.0.0.1:1234 on host vm-0")
+    assert jax.category == "rendezvous_network"

@@ -1,5 +1,5 @@
 """Coverage derived from the sources: every message template of NCCL, RCCL, aws-ofi-nccl, Gloo, PyTorch c10d, the
-CUDA/HIP error strings and the wrappers (accelerate, DeepSpeed, Lightning, vLLM, sglang, Ray) is claimed by a rule (a cause or an explicit 'not a failure'), and every WARN template of
+CUDA/HIP error strings and the wrappers (accelerate, DeepSpeed, Lightning, vLLM, sglang, Ray, Horovod, XGBoost, RAFT, JAX) is claimed by a rule (a cause or an explicit 'not a failure'), and every WARN template of
 the NCCL reference (../shared/reference) is recognised when it appears in a log."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from nccl_doctor.logs.templates import MIN_FIXED, Template, fixed_text, meaning,
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "nccl_warn_templates.tsv"
 PROJECTS = {"nccl", "rccl", "aws-ofi-nccl", "gloo", "pytorch", "cuda", "accelerate", "deepspeed", "lightning", "vllm",
-            "sglang", "ray"}
+            "sglang", "ray", "horovod", "xgboost", "raft", "jax"}
 
 
 def test_every_project_is_in_the_tables():
@@ -29,6 +29,7 @@ def test_every_project_is_in_the_tables():
     assert counts["nccl"] > 1000 and counts["pytorch"] > 1000 and counts["cuda"] > 100
     assert counts["deepspeed"] > 50 and counts["lightning"] > 30 and counts["accelerate"] > 10
     assert counts["vllm"] > 100 and counts["sglang"] > 40 and counts["ray"] > 40
+    assert counts["horovod"] > 200 and counts["xgboost"] > 200 and counts["raft"] > 30 and counts["jax"] > 50
 
 
 def test_every_template_is_claimed_by_a_rule():

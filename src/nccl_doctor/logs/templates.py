@@ -1,7 +1,8 @@
 """Signatures derived from the sources: every error and warning template of NCCL, RCCL, aws-ofi-nccl, Gloo and
 PyTorch c10d, the CUDA/HIP error strings, the launcher and distributed set-up messages of accelerate, DeepSpeed
-and Lightning, and those of vLLM's, sglang's and Ray's own communication layers, each with where it comes from and
-the releases (or, where releases were not read, the commits) that print it.
+and Lightning, those of vLLM's, sglang's and Ray's own communication layers, and those of the NCCL users outside
+torch.distributed (Horovod, XGBoost, RAFT, jax.distributed), each with where it comes from and the releases (or,
+where releases were not read, the commits) that print it.
 
 The tables (catalog/templates/*.tsv) are facts extracted from the projects' sources release by release;
 catalog/template_causes.toml says what each template means. A template becomes a regex: printf placeholders
@@ -231,5 +232,6 @@ def render_table(table: str) -> str:
 
 TABLE_OF = {"aws-ofi-nccl": "aws_ofi_nccl",
             "accelerate": "wrappers", "deepspeed": "wrappers", "lightning": "wrappers",
-            "vllm": "wrappers", "sglang": "wrappers", "ray": "wrappers"}
+            "vllm": "wrappers", "sglang": "wrappers", "ray": "wrappers", "horovod": "wrappers",
+            "xgboost": "wrappers", "raft": "wrappers", "jax": "wrappers"}
 TABLES_DIR = "templates"  # under catalog/
