@@ -768,7 +768,68 @@ def test_a_file_rendezvous_points_at_a_leftover_file():
     assert not diagnose_text("Saved checkpoint to file:///tmp/ckpt.pt")
 
 
-# ---------------------------------------------------------------------------- lessons of batches 51-59
+# ---------------------------------------------------------------------------- lessons of batches 51-60
+
+HOROVOD_STALL = ("[2021-03-01 10:00:00.000000: W /tmp/horovod/common/stall_inspector.cc:107] One or more tensors were "
+                 "submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of "
+                 "ranks for more than 60 seconds. This may indicate that different ranks are trying to submit different "
+                 "tensors or that only subset of ranks is submitting tensors, which will cause deadlock. \n"
+                 "Missing ranks:\n1: [DistributedAdamOptimizer_Allreduce/HorovodAllreduce_grads_0]\n")
+
+
+@pytest.mark.parametrize("text, cause", [
+    # ncclGetErrorString's default case: a code from another NCCL build in the process
+    ("Failed, NCCL error /src/plugins/ncclPlugin/allreducePlugin.cpp:183 'unknown result code'",
+     "conflicting-nccl-packages"),
+    ("NCCL WARN NET/IB : Got async event : port error", "ib-port-down"),  # NCCL <= 2.22's wording
+    ("fi_getinfo: -61 (No data available)", "efa-network-error"),  # fi_info -p efa finding no device
+    ("XGBoostError: device_helpers.cu:64: Check failed: n_uniques == world (1 vs. 2) : Multiple processes within "
+     "communication group running on same CUDA device is not supported", "duplicate-gpu"),
+    ("WARNING 07-10 12:10:00 shm_broadcast.py:396] No available block found in 60 second. ", "rank-hang"),
+    ("RuntimeError: world_size (8) is not equal to tensor_model_parallel_size (4) x pipeline_model_parallel_size (1)",
+     "rank-config-invalid"),
+    # every attribute of a config struct read with another release's layout, not only `blocking`
+    ("node-1:1:1 [0] init.cc:1813 NCCL WARN Invalid config cgaClusterSize attribute value -2147483648",
+     "torch-nccl-incompatible"),
+    # cudawrap resolves the driver's entry points: a missing one is a driver older than the build expects
+    ("node-1:1:1 [0] misc/cudawrap.cc:188 NCCL WARN Failed to load CUDA missing symbol cuInit", "cuda-driver-too-old"),
+    # words such as 'resolve' in a hint and 'socket' in a message no longer decide
+    ("Skipping IntraNodeComm::rendezvous() because participants have overlapping devices. To resolve this, call "
+     "torch.cuda.set_device() before init_process_group().", "collective-before-set-device"),
+    ("torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. Did the remote "
+     "server shutdown or crash?", "rank-died"),
+    ("ncclSystemError: System call (socket, malloc, munmap, etc) failed.", "shm-too-small"),
+    (HOROVOD_STALL, "collective-mismatch"),
+])
+def test_a_message_reads_as_its_cause(text, cause):
+    assert _primary(text).cause == cause
+
+
+@pytest.mark.parametrize("text, category", [
+    ("    torch._C._cuda_setDevice(device)", "device_binding"),  # set_device as a traceback's last frame
+    ("INFO 2020-08-18 05:27:18,490 Keep-alive key /torchelastic/p2p/run_x/rdzv/v_4/rank_1 is not renewed.\n"
+     "INFO 2020-08-18 05:27:18,490 Rendevous version 4 is incomplete.", "rendezvous_network"),
+    ("WARNING 07-10 12:00:01 custom_all_reduce.py:134] Custom allreduce is disabled because your platform lacks GPU "
+     "P2P capability or P2P test failed. To silence this warning, specify disable_custom_all_reduce=True explicitly.",
+     "p2p_peer_access"),
+    ("RuntimeError: Unable to meet other processes at the rendezvous store. If you are using P2P communication, "
+     "please check if tensors are put in the correct GPU.", "rendezvous_network"),
+    ("RuntimeError: Failed to recognize coordinator address 10.0.0.1:1234 on host vm-0", "rendezvous_network"),
+])
+def test_a_wrappers_message_reads_as_its_category(text, category):
+    assert _primary(text).category == category
+
+
+@pytest.mark.parametrize("line", [
+    "NCCL WARN NET/IB : Got async event : port active",
+    "INFO 05-21 10:01:12 pynccl.py:63] vLLM is using nccl==2.21.5",
+    "[INFO] The node 'gpu-node01_4242_0' has joined round 0 of the rendezvous 'job42' as rank 0 in a world of size 2.",
+    "gpu-node01:1:1 [0] NCCL INFO Could not get device class for NVLink target 0000:07:00.0, assuming NVSwitch",
+    "INFO 05-01 10:00:00 ray_utils.py:200] No current placement group found. Creating a new placement group.",
+])
+def test_a_notice_of_a_healthy_run_is_not_a_failure(line):
+    assert not diagnose_text(line)
+
 
 def test_a_bare_system_error_weighs_the_interface_only_where_no_host_is_named():
     bare = diagnose_text("NCCL failure :unhandled system error /src/common/device_helpers.cu(67)")
@@ -779,32 +840,11 @@ def test_a_bare_system_error_weighs_the_interface_only_where_no_host_is_named():
                              "RuntimeError: NCCL error: unhandled system error, NCCL version 2.18.3")
     assert one_host[0].cause == "shm-too-small"
     assert "wrong-interface-selected" not in [f.cause for f in one_host]
-
-
-def test_pytorchs_description_of_a_result_code_means_what_the_code_means():
-    primary = _primary("ncclSystemError: System call (socket, malloc, munmap, etc) failed.")
-    assert primary.category != "rendezvous_network"
-
-
-def test_an_error_string_the_library_does_not_know_is_two_nccl_builds():
-    primary = _primary("Failed, NCCL error /src/plugins/ncclPlugin/allreducePlugin.cpp:183 'unknown result code'")
-    assert primary.cause == "conflicting-nccl-packages"
-
-
-def test_older_wordings_and_tools_of_known_failures():
-    assert _primary("NCCL WARN NET/IB : Got async event : port error").cause == "ib-port-down"
-    assert _primary("fi_getinfo: -61 (No data available)").cause == "efa-network-error"
-    assert _primary("    torch._C._cuda_setDevice(device)").category == "device_binding"
-    assert _primary("XGBoostError: device_helpers.cu:64: Check failed: n_uniques == world (1 vs. 2) : Multiple "
-                    "processes within communication group running on same CUDA device is not supported"
-                    ).cause == "duplicate-gpu"
-    churn = _primary("INFO 2020-08-18 05:27:18,490 Keep-alive key /torchelastic/p2p/run_x/rdzv/v_4/rank_1 is not "
-                     "renewed.\nINFO 2020-08-18 05:27:18,490 Rendevous version 4 is incomplete.")
-    assert churn.category == "rendezvous_network"
-
-
-def test_an_async_event_that_is_a_notice_stays_a_notice():
-    assert not diagnose_text("NCCL WARN NET/IB : Got async event : port active")
+    xgboost = diagnose_text("XGBoostError: [10:00:00] src/collective/nccl_stub.cc:25: NCCL failure: unhandled system "
+                            "error. This might be caused by a network configuration issue. Please consider specifying "
+                            "the network interface for NCCL via environment variables listed in its reference: "
+                            "`https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html`.")
+    assert "wrong-interface-selected" in [f.cause for f in xgboost[:2]]
 
 
 def test_a_log_that_ends_in_nvls_setup_names_nvls():
@@ -816,69 +856,7 @@ def test_a_log_that_ends_in_nvls_setup_names_nvls():
     assert all(f.cause != "nvls-failure" for f in diagnose_text(went_on))
 
 
-def test_vllm_and_sglang_messages_read_from_their_sources():
-    p2p = _primary("WARNING 07-10 12:00:01 custom_all_reduce.py:134] Custom allreduce is disabled because your "
-                   "platform lacks GPU P2P capability or P2P test failed. To silence this warning, specify "
-                   "disable_custom_all_reduce=True explicitly.")
-    assert p2p.category == "p2p_peer_access" and p2p.confidence < 0.5
-    stuck = _primary("WARNING 07-10 12:10:00 shm_broadcast.py:396] No available block found in 60 second. ")
-    assert stuck.cause == "rank-hang"
-    shape = _primary("RuntimeError: world_size (8) is not equal to tensor_model_parallel_size (4) x "
-                     "pipeline_model_parallel_size (1)")
-    assert shape.cause == "rank-config-invalid"
-    assert not diagnose_text("INFO 05-21 10:01:12 pynccl.py:63] vLLM is using nccl==2.21.5")
-
-
-def test_ray_collective_messages_read_from_its_source():
-    primary = _primary("RuntimeError: Unable to meet other processes at the rendezvous store. If you are using P2P "
-                       "communication, please check if tensors are put in the correct GPU.")
-    assert primary.category == "rendezvous_network"
-
-
-def test_notices_of_healthy_runs_that_broad_template_rules_had_read_as_failures():
-    for line in ("[INFO] The node 'gpu-node01_4242_0' has joined round 0 of the rendezvous 'job42' as rank 0 in a "
-                 "world of size 2.",
-                 "gpu-node01:1:1 [0] NCCL INFO Could not get device class for NVLink target 0000:07:00.0, assuming "
-                 "NVSwitch",
-                 "INFO 05-01 10:00:00 ray_utils.py:200] No current placement group found. Creating a new placement "
-                 "group."):
-        assert not diagnose_text(line), line
-    # words such as 'resolve' in a hint and 'socket' in a result code's description no longer decide
-    overlap = _primary("Skipping IntraNodeComm::rendezvous() because participants have overlapping devices. To "
-                       "resolve this, call torch.cuda.set_device() before init_process_group().")
-    assert overlap.cause == "collective-before-set-device"
-    closed = _primary("torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. "
-                      "Did the remote server shutdown or crash?")
-    assert closed.cause == "rank-died"
-
-
 def test_a_store_wait_that_ran_out_keeps_the_rank_that_never_joined_as_the_alternative():
     findings = diagnose_text("torch.distributed.DistStoreError: Socket Timeout")
     assert findings[0].cause == "store-wait-timeout"
     assert "store-timeout" in [f.cause for f in findings[1:3]]
-
-
-def test_families_of_nccl_templates_mean_what_their_source_shows():
-    # every attribute of a config struct read with another release's layout, not only `blocking`
-    config = _primary("node-1:1:1 [0] init.cc:1813 NCCL WARN Invalid config cgaClusterSize attribute value "
-                      "-2147483648")
-    assert config.category == "nccl_version_mismatch"
-    # cudawrap resolves the driver's entry points: a missing one is a driver older than the build expects
-    driver = _primary("node-1:1:1 [0] misc/cudawrap.cc:188 NCCL WARN Failed to load CUDA missing symbol cuInit")
-    assert driver.cause == "cuda-driver-too-old"
-
-
-def test_nccl_users_outside_torch_distributed_read_from_their_sources():
-    stall = _primary("[2021-03-01 10:00:00.000000: W /tmp/horovod/common/stall_inspector.cc:107] One or more tensors "
-                     "were submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for "
-                     "remainder of ranks for more than 60 seconds. This may indicate that different ranks are trying "
-                     "to submit different tensors or that only subset of ranks is submitting tensors, which will cause "
-                     "deadlock. \nMissing ranks:\n1: [DistributedAdamOptimizer_Allreduce/HorovodAllreduce_grads_0]\n")
-    assert stall.cause == "collective-mismatch"
-    network = diagnose_text("XGBoostError: [10:00:00] src/collective/nccl_stub.cc:25: NCCL failure: unhandled system "
-                            "error. This might be caused by a network configuration issue. Please consider specifying "
-                            "the network interface for NCCL via environment variables listed in its reference: "
-                            "`https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html`.")
-    assert "wrong-interface-selected" in [f.cause for f in network[:2]]
-    jax = _primary("RuntimeError: Failed to recognize coordinator address 10.0.0.1:1234 on host vm-0")
-    assert jax.category == "rendezvous_network"
