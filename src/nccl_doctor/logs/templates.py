@@ -230,8 +230,7 @@ def render_table(table: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-TABLE_OF = {"aws-ofi-nccl": "aws_ofi_nccl",
-            "accelerate": "wrappers", "deepspeed": "wrappers", "lightning": "wrappers",
-            "vllm": "wrappers", "sglang": "wrappers", "ray": "wrappers", "horovod": "wrappers",
-            "xgboost": "wrappers", "raft": "wrappers", "jax": "wrappers"}
+# The projects around NCCL whose messages share one table: launchers, serving stacks, other NCCL users.
+WRAPPERS = ("accelerate", "deepspeed", "lightning", "vllm", "sglang", "ray", "horovod", "xgboost", "raft", "jax")
+TABLE_OF = {"aws-ofi-nccl": "aws_ofi_nccl", **{project: "wrappers" for project in WRAPPERS}}
 TABLES_DIR = "templates"  # under catalog/

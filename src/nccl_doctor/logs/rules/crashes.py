@@ -1,5 +1,5 @@
 """Clues about processes that died: fatal signals inside NCCL, bus errors on shared memory, the rank torchrun
-names as the first failure, logs that hold only the echoes of a death, and bare system errors on one host."""
+names as the first failure, logs that hold only the echoes of a death, and bare system errors."""
 
 from __future__ import annotations
 
