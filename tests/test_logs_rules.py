@@ -860,3 +860,8 @@ def test_a_store_wait_that_ran_out_keeps_the_rank_that_never_joined_as_the_alter
     findings = diagnose_text("torch.distributed.DistStoreError: Socket Timeout")
     assert findings[0].cause == "store-wait-timeout"
     assert "store-timeout" in [f.cause for f in findings[1:3]]
+
+
+def test_a_log_cut_after_nvls_support_is_announced_is_not_an_nvls_hang():
+    text = "c2ce1c877ea3:1023:1032 [0] NCCL INFO NVLS multicast support is available on dev 0\n"
+    assert all(f.cause != "nvls-failure" for f in diagnose_text(text))

@@ -16,8 +16,8 @@ QUIET_AFTER_SETUP = 40  # lines after NCCL's last setup line that still fit "not
 PCIE_ONLY_GPU = re.compile(r"GeForce|TITAN|Quadro|RTX A\d000|RTX \d000 Ada|RTX PRO|\bL4\b|\bL40S?\b|\bA10G?\b|\bT4\b|"
                            r"Instinct MI\d+|Radeon")
 # NCCL's INFO lines while it sets up NVLink SHARP (transport/nvls.cc): multicast objects, their binding and mapping.
-NVLS_SETUP = re.compile(r"NCCL INFO NVLS (?:Bind mem|comm |UC handle|MC handle|Mem |register|buffSize|nvls|multicast)",
-                        re.IGNORECASE)
+# (Not 'NVLS multicast support is available': every init on an NVSwitch system prints it before NVLS is set up.)
+NVLS_SETUP = re.compile(r"NCCL INFO NVLS (?:Bind mem|comm |UC handle|MC handle|register)", re.IGNORECASE)
 LAUNCH_FRAMES = re.compile(r"ncclLaunchKernel|ncclStrongStreamLaunch|LaunchKernelBefore|cudaLaunchKernel|"
                            r"cuLaunchKernel|ncclLaunchPrepare|hostStreamPlanTask")
 
