@@ -16,7 +16,8 @@ from nccl_doctor.catalog import load_toml
 from nccl_doctor.logs import diagnose_text
 from nccl_doctor.logs.engine import make_engine
 from nccl_doctor.logs.signatures import signatures
-from nccl_doctor.logs.templates import MIN_FIXED, Template, fixed_text, meaning, printf_regex, templates
+from nccl_doctor.logs.templates import (MIN_FIXED, Template, fixed_text, meaning, pattern, printed_line, printf_regex,
+                                         templates)
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "nccl_warn_templates.tsv"
 PROJECTS = {"nccl", "rccl", "aws-ofi-nccl", "gloo", "pytorch", "cuda", "accelerate", "deepspeed", "lightning", "vllm",
@@ -100,3 +101,11 @@ def test_a_vague_template_is_not_turned_into_a_signature():
     from nccl_doctor.logs.templates import pattern
 
     assert pattern(Template("nccl", "x.cc", "", "WARN", "%s: %s", "v2.4", "v2.30")) is None
+
+
+def test_a_message_printed_over_several_lines_is_recognised_by_its_first_specific_line():
+    received = next(t for t in templates() if t.text.startswith("[Rank %s] Received NCCL errors for communicators"))
+    assert re.search(pattern(received), "[Rank 3] Received NCCL errors for communicators in the cache: ")
+    assert printed_line("[%s]:\\n  rank: %s (local_rank: %s)\\n  exitcode: %s") == "  rank: %s (local_rank: %s)"
+    assert printed_line("no newline here at all") == "no newline here at all"
+

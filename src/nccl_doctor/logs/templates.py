@@ -133,12 +133,21 @@ def fixed_text(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "", PRINTF.sub("", text))
 
 
+def printed_line(text: str) -> str:
+    """The line of a message that prints over several (`\\n` in the template) by which a log shows it: the first
+    with enough fixed text to be recognised, else the one with the most. Logs are read line by line."""
+    lines = [line for line in text.split("\\n") if line.strip()] or [text]
+    return next((line for line in lines if len(fixed_text(line)) >= MIN_FIXED),
+                max(lines, key=lambda line: len(fixed_text(line))))
+
+
 def pattern(template: Template) -> str | None:
     """The regex for a template's lines, or None when it prints too little fixed text to be recognised."""
-    fixed = fixed_text(template.text)
+    text = printed_line(template.text)
+    fixed = fixed_text(text)
     if len(fixed) < MIN_FIXED and template.project != "cuda":
         return None
-    body = printf_regex(template.text)
+    body = printf_regex(text)
     if template.project == "cuda":  # a long error string is recognised anywhere, a short one where CUDA prints it
         context = "" if len(fixed) >= SPECIFIC else CUDA_CONTEXT
         named = enum_word(template)
@@ -158,7 +167,7 @@ def enum_word(template: Template) -> str:
 def literal(template: Template, common: Container[str] = "") -> str:
     """Fixed text (lower case) that every line of the template contains, and `common` (what healthy logs print)
     does not: the longest such word; else the longest run of words as printed; else the longest word."""
-    fixed = [p.strip() for part in PRINTF.sub("\0", template.text).split("\0") for p in part.split("\\n")]
+    fixed = [part.strip() for part in PRINTF.sub("\0", printed_line(template.text)).split("\0")]
     words = [w.lower() for part in fixed for w in part.split() if w]
     rare = [w for w in words if w not in common]
     if rare or not words:
@@ -189,8 +198,7 @@ def example(template: Template) -> str:
     """A line the template prints (placeholders filled in), for the self-check of its regex."""
     fill = {"d": "3", "i": "3", "u": "3", "o": "7", "x": "1f", "X": "1F", "p": "0x7f3a", "c": "x", "e": "1.5",
             "E": "1.5", "f": "1.5", "g": "1.5", "G": "1.5", "s": "mlx5_0", "m": "Connection refused", "n": ""}
-    line = PRINTF.sub(lambda m: "%" if m.group("conv") == "%" else fill[m.group("conv")], template.text)
-    line = line.replace("\\n", " ")
+    line = PRINTF.sub(lambda m: "%" if m.group("conv") == "%" else fill[m.group("conv")], printed_line(template.text))
     if template.project == "cuda":
         return f"NCCL WARN Cuda failure '{line}'"
     return f"host-1:123:456 [0] {template.file.split(';')[0]}:42 NCCL WARN {line}"
