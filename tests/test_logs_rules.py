@@ -865,3 +865,8 @@ def test_a_store_wait_that_ran_out_keeps_the_rank_that_never_joined_as_the_alter
 def test_a_log_cut_after_nvls_support_is_announced_is_not_an_nvls_hang():
     text = "c2ce1c877ea3:1023:1032 [0] NCCL INFO NVLS multicast support is available on dev 0\n"
     assert all(f.cause != "nvls-failure" for f in diagnose_text(text))
+
+
+def test_an_elastic_job_that_grows_is_not_a_failure():
+    assert not diagnose_text("[INFO] 2020-08-18 05:27:13,224 api: [default] Detected 1 new nodes from group_rank=0; "
+                             "will restart worker group")
